@@ -1,0 +1,82 @@
+//! Cancel keys: the pooler's own BackendKeyData per client, and forwarding a CancelRequest to
+//! the server that client holds at that moment, on a new connection with that server's key.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::protocol::frontend;
+
+/// Where a client's queries run right now: the server's address and key.
+#[derive(Debug, Default)]
+pub struct CancelSlot(Mutex<Option<(SocketAddr, i32, i32)>>);
+
+impl CancelSlot {
+    pub fn set(&self, addr: SocketAddr, key: (i32, i32)) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, key.0, key.1));
+    }
+
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn get(&self) -> Option<(SocketAddr, i32, i32)> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Pid → (secret, slot) of every logged-in client.
+#[derive(Debug, Default)]
+pub struct Cancels {
+    map: Mutex<HashMap<i32, (i32, Arc<CancelSlot>)>>,
+}
+
+impl Cancels {
+    pub fn register(&self, pid: i32, secret: i32) -> Arc<CancelSlot> {
+        let slot = Arc::new(CancelSlot::default());
+        self.lock().insert(pid, (secret, slot.clone()));
+        slot
+    }
+
+    pub fn unregister(&self, pid: i32) {
+        self.lock().remove(&pid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, (i32, Arc<CancelSlot>)>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forwards a cancel if the key matches a client that holds a server; otherwise drops it,
+    /// as PostgreSQL does (a cancel never gets an answer).
+    pub async fn forward(&self, pid: i32, secret: i32) {
+        let target = {
+            let map = self.lock();
+            match map.get(&pid) {
+                Some((s, slot)) if *s == secret => slot.get(),
+                _ => None,
+            }
+        };
+        let Some((addr, spid, ssecret)) = target else {
+            tracing::debug!("cancel request for an unknown or idle client dropped");
+            return;
+        };
+        let mut buf = BytesMut::new();
+        frontend::cancel_request(&mut buf, spid, ssecret);
+        let send = async {
+            let mut s = TcpStream::connect(addr).await?;
+            s.write_all(&buf).await?;
+            s.shutdown().await
+        };
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), send)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+        {
+            tracing::warn!(error = %e, "forwarding a cancel request failed");
+        }
+    }
+}

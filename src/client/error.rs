@@ -1,0 +1,64 @@
+//! Errors that end or interrupt a client session, each knowing the SQLSTATE the client sees.
+
+use thiserror::Error;
+
+use crate::pool::PoolError;
+use crate::protocol::backend::ErrorFields;
+use crate::protocol::sqlstate;
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("client I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("{0}")]
+    Pool(#[from] PoolError),
+    #[error("server connection lost: {0}")]
+    ServerLost(String),
+    #[error("{message}")]
+    Fatal { code: &'static str, message: String },
+    /// The client went away; nothing to tell it.
+    #[error("client disconnected")]
+    Gone,
+}
+
+impl ClientError {
+    /// The ErrorResponse a client gets for this error, if it can still get one.
+    pub fn to_fields(&self) -> Option<ErrorFields> {
+        let (code, message, detail) = match self {
+            ClientError::Io(_) | ClientError::Gone => return None,
+            ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
+            ClientError::Pool(PoolError::Server {
+                code,
+                message,
+                detail,
+            }) => (code.clone(), message.clone(), detail.clone()),
+            ClientError::Pool(e) => (e.sqlstate().to_owned(), e.to_string(), None),
+            ClientError::ServerLost(_) => (
+                sqlstate::CONNECTION_FAILURE.to_owned(),
+                self.to_string(),
+                None,
+            ),
+            ClientError::Fatal { code, message } => ((*code).to_owned(), message.clone(), None),
+        };
+        Some(ErrorFields {
+            severity: "FATAL".into(),
+            code,
+            message,
+            detail,
+            hint: None,
+        })
+    }
+}
+
+/// An ERROR (not FATAL) answered by the pooler itself; the session continues.
+pub fn error_fields(code: &str, message: String) -> ErrorFields {
+    ErrorFields {
+        severity: "ERROR".into(),
+        code: code.to_owned(),
+        message,
+        detail: None,
+        hint: None,
+    }
+}

@@ -1,0 +1,128 @@
+//! Server → client: each whole message the server sent is forwarded or swallowed by the
+//! expected-reply queue, the pooler's own answers are put in their place, and the server goes
+//! back to the pool at the boundary the pool mode sets.
+
+use bytes::{Bytes, BytesMut};
+
+use super::error::{error_fields, ClientError};
+use super::session::Session;
+use crate::config::PoolMode;
+use crate::prepared::{ClientStatements, ServerStatements};
+use crate::protocol::backend as b;
+use crate::protocol::{frame, frontend, sqlstate};
+use crate::server::Owed;
+
+/// The largest message accepted from a server (PostgreSQL's own limit is 1 GB).
+const SERVER_MAX_MESSAGE: usize = 1 << 30;
+
+impl Session<'_> {
+    pub(super) async fn on_server(&mut self) -> Result<(), ClientError> {
+        let mut ready = false;
+        loop {
+            let srv = self
+                .server
+                .as_mut()
+                .expect("on_server runs only while a server is held");
+            let total = match frame::complete_len(&srv.rbuf, SERVER_MAX_MESSAGE) {
+                Ok(Some(t)) => t,
+                Ok(None) => break,
+                Err(e) => return Err(ClientError::ServerLost(e.to_string())),
+            };
+            let msg = srv.rbuf.split_to(total);
+            let tag = msg[0];
+            let mut refuse = false;
+            let mut step = if tag == b::ERROR_RESPONSE_TAG {
+                self.replies.on_error(&mut self.skipped)
+            } else {
+                self.replies.on_message(tag)
+            };
+            match tag {
+                b::PARAMETER_STATUS_TAG => {
+                    let (k, v) = b::parse_parameter_status(&msg[frame::HEADER_LEN..])
+                        .map_err(|e| ClientError::ServerLost(e.to_string()))?;
+                    srv.params.set(k, v);
+                    // The client now has this value: by its own SET, or by our sync.
+                    self.params.set(k, v);
+                }
+                b::READY_FOR_QUERY_TAG => {
+                    self.status = b::parse_ready_for_query(&msg[frame::HEADER_LEN..])
+                        .map_err(|e| ClientError::ServerLost(e.to_string()))?;
+                    if step.forward && self.mode == PoolMode::Statement && self.status != b::TX_IDLE
+                    {
+                        refuse = true;
+                        step.forward = false;
+                    }
+                }
+                b::ERROR_RESPONSE_TAG if !step.forward => {
+                    tracing::warn!(
+                        client = self.id,
+                        "the pooler's own query failed on the server"
+                    );
+                }
+                _ => {}
+            }
+            let failed = tag == b::ERROR_RESPONSE_TAG;
+            if let Some(done) = step.completed {
+                settle(&mut self.statements, &mut srv.statements, done, failed);
+            }
+            for o in self.skipped.drain(..) {
+                settle(&mut self.statements, &mut srv.statements, o, true);
+            }
+            if step.forward {
+                self.cout.extend_from_slice(&msg);
+            }
+            if refuse {
+                self.refuse_transaction();
+            }
+            while let Some(m) = self.replies.pop_synthetic() {
+                self.cout.extend_from_slice(&m);
+            }
+            ready = step.ready && self.replies.is_empty();
+        }
+        self.flush_server().await?;
+        if ready && self.status == b::TX_IDLE && self.mode != PoolMode::Session {
+            self.release();
+        }
+        self.flush_client().await?;
+        if self.server.is_none() {
+            self.shrink_idle();
+        }
+        Ok(())
+    }
+
+    /// Statement mode: a statement left a transaction open. Roll it back and tell the client.
+    fn refuse_transaction(&mut self) {
+        frontend::query(&mut self.sout, "ROLLBACK");
+        self.replies.push(Owed::Internal);
+        let mut m = BytesMut::new();
+        b::error_response(
+            &mut m,
+            &error_fields(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "transaction blocks are not allowed in statement pooling mode".into(),
+            ),
+        );
+        b::ready_for_query(&mut m, b::TX_IDLE);
+        self.replies.push(Owed::Synthetic(Bytes::from(m)));
+    }
+}
+
+/// Applies what the outcome of one owed reply means for prepared-statement bookkeeping.
+/// `failed`: the server answered it with an error, or skipped it after an earlier error.
+fn settle(client: &mut ClientStatements, server: &mut ServerStatements, o: Owed, failed: bool) {
+    if !failed {
+        return;
+    }
+    match o {
+        Owed::TrackedParse {
+            name,
+            server_name,
+            id,
+        } => {
+            client.remove_if(&name, id);
+            server.remove_if(&server_name, id);
+        }
+        Owed::Replay { server_name, id } => server.remove_if(&server_name, id),
+        _ => {}
+    }
+}

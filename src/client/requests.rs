@@ -1,0 +1,104 @@
+//! Client → server: each whole message the client sent is forwarded, rewritten, or answered
+//! by the pooler, and what the server will owe for it is queued.
+
+use bytes::{Buf, BytesMut};
+
+use super::error::ClientError;
+use super::session::{Flow, Session};
+use crate::protocol::frontend as f;
+use crate::protocol::{backend, frame};
+use crate::server::{Owed, Request};
+
+impl Session<'_> {
+    /// Handles every whole message buffered from the client, then writes what it produced.
+    pub(super) async fn on_client(&mut self) -> Result<Flow, ClientError> {
+        loop {
+            let total = match frame::complete_len(&self.cbuf, self.max_message) {
+                Ok(Some(t)) => t,
+                Ok(None) => break,
+                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            };
+            let tag = self.cbuf[0];
+            if tag == f::TERMINATE_TAG {
+                self.flush_server().await?;
+                self.flush_client().await?;
+                return Ok(Flow::Quit);
+            }
+            if !f::is_known_tag(tag) {
+                return Err(ClientError::Protocol(format!(
+                    "invalid frontend message type {}",
+                    tag
+                )));
+            }
+            if self.skipping {
+                if tag != f::SYNC_TAG {
+                    self.cbuf.advance(total);
+                    continue;
+                }
+                self.skipping = false;
+            }
+            if self.server.is_none() && self.needs_server(tag, &self.cbuf[..total])? {
+                if let Err(e) = self.acquire().await {
+                    match e {
+                        ClientError::Pool(pe) => {
+                            self.cbuf.advance(total);
+                            self.answer_pool_error(tag, pe)?;
+                            continue;
+                        }
+                        other => return Err(other),
+                    }
+                }
+            }
+            let msg = self.cbuf.split_to(total);
+            self.on_request(tag, msg)?;
+        }
+        self.flush_server().await?;
+        self.flush_client().await?;
+        if self.server.is_none() {
+            self.shrink_idle();
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Whether this message has to reach a server (so one must be taken first).
+    fn needs_server(&self, tag: u8, msg: &[u8]) -> Result<bool, ClientError> {
+        Ok(match tag {
+            f::SYNC_TAG | f::FLUSH_TAG => false,
+            f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG => false,
+            f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
+                self.tracked_needs_server(tag, msg)?
+            }
+            _ => true,
+        })
+    }
+
+    fn on_request(&mut self, tag: u8, msg: BytesMut) -> Result<(), ClientError> {
+        let held = self.server.is_some();
+        match tag {
+            f::QUERY_TAG | f::FUNCTION_CALL_TAG => self.forward(&msg, Request::Query),
+            f::SYNC_TAG if held => self.forward(&msg, Request::Sync),
+            f::SYNC_TAG => {
+                // Nothing of this batch reached a server: the pool answers the Sync itself.
+                backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
+            }
+            f::FLUSH_TAG | f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
+                self.sout.extend_from_slice(&msg);
+            }
+            f::EXECUTE_TAG => self.forward(&msg, Request::Execute),
+            f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
+                self.on_tracked(tag, &msg)?
+            }
+            f::PARSE_TAG => self.forward(&msg, Request::Parse),
+            f::BIND_TAG => self.forward(&msg, Request::Bind),
+            f::DESCRIBE_TAG => self.forward(&msg, Request::Describe),
+            f::CLOSE_TAG => self.forward(&msg, Request::Close),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn forward(&mut self, msg: &[u8], req: Request) {
+        self.sout.extend_from_slice(msg);
+        self.replies.push(Owed::Client(req));
+    }
+}

@@ -1,0 +1,347 @@
+//! A logged-in client's session: waits for requests, takes a server when one is needed,
+//! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::cancel::CancelSlot;
+use super::error::ClientError;
+use super::io::{read_some, release_if_empty, SHRINK_ABOVE};
+use super::startup::Login;
+use crate::config::PoolMode;
+use crate::params::Params;
+use crate::pool::{Pool, PoolError};
+use crate::prepared::ClientStatements;
+use crate::protocol::{backend, frontend, sqlstate};
+use crate::server::{Owed, Replies, ServerConn};
+use crate::shared::Shared;
+
+/// While waiting for a server, keep reading the client (to notice it leaving) up to this much.
+const WAIT_READ_LIMIT: usize = 1 << 20;
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    Quit,
+}
+
+enum Event {
+    Client(std::io::Result<usize>),
+    Server(std::io::Result<usize>),
+    IdleTimeout,
+    Shutdown,
+}
+
+pub struct Session<'a> {
+    pub(super) id: u64,
+    pub(super) client: &'a mut TcpStream,
+    pub(super) shared: Arc<Shared>,
+    pub(super) pool: Pool,
+    /// The session settings this client expects (what it was told, plus its own SETs).
+    pub(super) params: Params,
+    pub(super) cancel: Arc<CancelSlot>,
+    /// Bytes from the client not yet handled.
+    pub(super) cbuf: BytesMut,
+    /// Bytes for the client, written at the end of each round.
+    pub(super) cout: BytesMut,
+    /// Bytes for the server, written at the end of each round.
+    pub(super) sout: BytesMut,
+    pub(super) server: Option<ServerConn>,
+    pub(super) replies: Replies,
+    pub(super) statements: ClientStatements,
+    pub(super) mode: PoolMode,
+    pub(super) tracking: bool,
+    pub(super) max_prepared: usize,
+    /// After an error the pooler answered: drop client messages up to Sync, as a server would.
+    pub(super) skipping: bool,
+    /// Transaction status of the held server's last ReadyForQuery.
+    pub(super) status: u8,
+    pub(super) max_message: usize,
+    /// Scratch space for replies skipped after an error.
+    pub(super) skipped: Vec<Owed>,
+}
+
+impl<'a> Session<'a> {
+    pub fn new(client: &'a mut TcpStream, shared: Arc<Shared>, login: Login) -> Self {
+        let cfg = shared.config.clone();
+        Session {
+            id: login.id,
+            client,
+            pool: login.pool,
+            params: login.params,
+            cancel: login.cancel,
+            cbuf: login.leftover,
+            cout: BytesMut::new(),
+            sout: BytesMut::new(),
+            server: None,
+            replies: Replies::default(),
+            statements: ClientStatements::default(),
+            mode: cfg.pool.mode,
+            tracking: cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session,
+            max_prepared: cfg.pool.max_prepared_statements,
+            skipping: false,
+            status: backend::TX_IDLE,
+            max_message: cfg.client.max_message_size,
+            skipped: Vec::new(),
+            shared,
+        }
+    }
+
+    /// Runs the session to its end and returns or discards the server it holds.
+    pub async fn run(mut self) -> Result<(), ClientError> {
+        let res = self.relay().await;
+        let server_ok = !matches!(res, Err(ClientError::ServerLost(_)));
+        if res.is_err() {
+            // Deliver what is already queued; `serve` then writes the FATAL for the error.
+            let _ = self.flush_client().await;
+        }
+        self.finish(server_ok);
+        res
+    }
+
+    async fn relay(&mut self) -> Result<(), ClientError> {
+        if !self.cbuf.is_empty() && self.on_client().await? == Flow::Quit {
+            return Ok(());
+        }
+        loop {
+            match self.next_event().await {
+                Event::Client(r) => {
+                    if r? == 0 {
+                        return Ok(());
+                    }
+                    if self.on_client().await? == Flow::Quit {
+                        return Ok(());
+                    }
+                }
+                Event::Server(r) => match r {
+                    Ok(0) => {
+                        return Err(ClientError::ServerLost(
+                            "server closed the connection".into(),
+                        ))
+                    }
+                    Err(e) => return Err(ClientError::ServerLost(e.to_string())),
+                    Ok(_) => self.on_server().await?,
+                },
+                Event::IdleTimeout => {
+                    return Err(ClientError::Fatal {
+                        code: sqlstate::PROTOCOL_VIOLATION,
+                        message: "client_idle_timeout".into(),
+                    })
+                }
+                Event::Shutdown => {
+                    return Err(ClientError::Fatal {
+                        code: sqlstate::ADMIN_SHUTDOWN,
+                        message: "droid-pool is shutting down".into(),
+                    })
+                }
+            }
+        }
+    }
+
+    async fn next_event(&mut self) -> Event {
+        match self.server.as_mut() {
+            Some(srv) => {
+                if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
+                    srv.rbuf.reserve(16 * 1024);
+                }
+                tokio::select! {
+                    r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
+                    r = srv.stream.read_buf(&mut srv.rbuf) => Event::Server(r),
+                }
+            }
+            None => {
+                let idle = self.shared.config.client.idle_timeout;
+                let sleep = async {
+                    if idle.is_zero() {
+                        std::future::pending::<()>().await
+                    } else {
+                        tokio::time::sleep(idle).await
+                    }
+                };
+                tokio::select! {
+                    r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
+                    _ = sleep => Event::IdleTimeout,
+                    _ = self.shared.shutdown.cancelled() => Event::Shutdown,
+                }
+            }
+        }
+    }
+
+    /// Takes a server from the pool, still noticing if the client leaves meanwhile, and
+    /// brings its session settings in line with the client's.
+    pub(super) async fn acquire(&mut self) -> Result<(), ClientError> {
+        let pool = self.pool.clone();
+        let checkout = pool.checkout();
+        tokio::pin!(checkout);
+        let mut conn = loop {
+            tokio::select! {
+                r = &mut checkout => break r?,
+                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
+                    if r? == 0 {
+                        return Err(ClientError::Gone);
+                    }
+                }
+            }
+        };
+        self.shared.events.client_uses_server(self.id, conn.id);
+        self.cancel.set(conn.addr, conn.key);
+        if let Some(sql) = Params::sync_sql(&self.params, &conn.params) {
+            frontend::query(&mut self.sout, &sql);
+            self.replies.push(Owed::Internal);
+            for (k, v) in self.params.iter() {
+                conn.params.set(k, v);
+            }
+        }
+        self.status = backend::TX_IDLE;
+        self.server = Some(conn);
+        Ok(())
+    }
+
+    /// Gives the server back at a transaction boundary.
+    pub(super) fn release(&mut self) {
+        if let Some(conn) = self.server.take() {
+            self.shared.events.client_released_server(self.id, conn.id);
+            self.cancel.clear();
+            self.pool.checkin(conn);
+        }
+    }
+
+    /// The pool refused or failed to give a server: answer the request with an ERROR and keep
+    /// the session usable. Config errors from the server's login are FATAL, as a direct
+    /// connection would see them.
+    pub(super) fn answer_pool_error(&mut self, tag: u8, e: PoolError) -> Result<(), ClientError> {
+        if let PoolError::Server { code, .. } = &e {
+            if code.starts_with("28") || code == sqlstate::INVALID_CATALOG_NAME {
+                return Err(ClientError::Pool(e));
+            }
+        }
+        let fields = super::error::error_fields(e.sqlstate(), e.to_string());
+        backend::error_response(&mut self.cout, &fields);
+        if tag == frontend::QUERY_TAG || tag == frontend::FUNCTION_CALL_TAG {
+            backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
+        } else {
+            self.skipping = true;
+        }
+        Ok(())
+    }
+
+    /// An answer of the pooler's own, kept in its place after what the server still owes.
+    pub(super) fn answer(&mut self, msg: Bytes) {
+        if self.server.is_some() && !self.replies.is_empty() {
+            self.replies.push(Owed::Synthetic(msg));
+        } else {
+            self.cout.extend_from_slice(&msg);
+        }
+    }
+
+    /// An ERROR answered by the pooler, after which the client's messages are skipped to Sync.
+    pub(super) fn pooler_error(&mut self, code: &str, message: String) {
+        let mut m = BytesMut::new();
+        backend::error_response(&mut m, &super::error::error_fields(code, message));
+        self.answer(m.freeze());
+        self.skipping = true;
+    }
+
+    pub(super) async fn flush_server(&mut self) -> Result<(), ClientError> {
+        if self.sout.is_empty() {
+            return Ok(());
+        }
+        let Some(srv) = self.server.as_mut() else {
+            self.sout.clear();
+            return Ok(());
+        };
+        if let Err(e) = srv.stream.write_all(&self.sout).await {
+            return Err(ClientError::ServerLost(e.to_string()));
+        }
+        self.sout.clear();
+        if self.sout.capacity() > SHRINK_ABOVE {
+            self.sout = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    pub(super) async fn flush_client(&mut self) -> Result<(), ClientError> {
+        if self.cout.is_empty() {
+            return Ok(());
+        }
+        self.client.write_all(&self.cout).await?;
+        self.cout.clear();
+        if self.cout.capacity() > SHRINK_ABOVE {
+            self.cout = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    /// Frees buffers while the client holds nothing, so idle clients stay small.
+    pub(super) fn shrink_idle(&mut self) {
+        release_if_empty(&mut self.cbuf);
+        release_if_empty(&mut self.cout);
+        release_if_empty(&mut self.sout);
+    }
+
+    /// Returns the held server if it is idle and in step; otherwise closes it. A session-mode
+    /// server is reset first.
+    fn finish(&mut self, server_ok: bool) {
+        let Some(conn) = self.server.take() else {
+            return;
+        };
+        self.shared.events.client_released_server(self.id, conn.id);
+        self.cancel.clear();
+        let clean = server_ok
+            && self.replies.is_empty()
+            && self.status == backend::TX_IDLE
+            && conn.rbuf.is_empty();
+        let reset = &self.shared.config.pool.reset_query;
+        if !clean {
+            self.pool.discard(conn);
+        } else if self.mode == PoolMode::Session && !reset.is_empty() {
+            tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
+        } else {
+            self.pool.checkin(conn);
+        }
+    }
+}
+
+/// Runs the reset query on a server whose session-mode client left, then returns it.
+async fn reset_and_checkin(pool: Pool, mut conn: ServerConn, sql: String) {
+    let run = async {
+        let mut b = BytesMut::new();
+        frontend::query(&mut b, &sql);
+        conn.stream.write_all(&b).await?;
+        loop {
+            let f = crate::server::read_frame(&mut conn)
+                .await
+                .map_err(std::io::Error::other)?;
+            match f.tag {
+                backend::PARAMETER_STATUS_TAG => {
+                    if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
+                        conn.params.set(k, v);
+                    }
+                }
+                backend::ERROR_RESPONSE_TAG => {
+                    return Err(std::io::Error::other("reset query failed"));
+                }
+                backend::READY_FOR_QUERY_TAG => {
+                    return if f.body() == [backend::TX_IDLE] {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::other("reset left a transaction open"))
+                    }
+                }
+                _ => {}
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(())) => {
+            // DISCARD ALL (the default) drops every prepared statement on the server.
+            conn.statements.clear();
+            pool.checkin(conn)
+        }
+        _ => pool.discard(conn),
+    }
+}

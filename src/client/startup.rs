@@ -1,0 +1,256 @@
+//! The client's startup phase: SSL/GSS negotiation (answered `N` for now), cancel requests,
+//! protocol version negotiation, trust authentication, and the greeting with the pool's cached
+//! parameters and a BackendKeyData of the pooler's own. Bounded by the client login timeout.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use rand::Rng;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::cancel::CancelSlot;
+use super::error::ClientError;
+use super::io::read_some;
+use crate::params::Params;
+use crate::pool::{Pool, PoolKey};
+use crate::protocol::startup::{self, StartupError, StartupLimits, StartupPacket};
+use crate::protocol::{backend, sqlstate};
+use crate::shared::Shared;
+
+/// A logged-in client, ready for its session.
+pub struct Login {
+    pub id: u64,
+    pub pid: i32,
+    pub pool: Pool,
+    pub params: Params,
+    pub cancel: Arc<CancelSlot>,
+    /// Bytes the client sent after its startup packet.
+    pub leftover: BytesMut,
+}
+
+pub enum Outcome {
+    Session(Login),
+    /// A cancel request or a client that left during startup: nothing more to do.
+    Done,
+}
+
+/// Most SSLRequest/GSSENCRequest round trips before the startup packet.
+const MAX_NEGOTIATIONS: usize = 2;
+
+pub async fn login(
+    stream: &mut TcpStream,
+    shared: &Arc<Shared>,
+    id: &mut Option<u64>,
+) -> Result<Outcome, ClientError> {
+    let timeout = shared.config.client.login_timeout;
+    match tokio::time::timeout(timeout, login_inner(stream, shared, id)).await {
+        Ok(r) => r,
+        Err(_) => Err(ClientError::Fatal {
+            code: sqlstate::PROTOCOL_VIOLATION,
+            message: "client login timeout".into(),
+        }),
+    }
+}
+
+async fn login_inner(
+    stream: &mut TcpStream,
+    shared: &Arc<Shared>,
+    id: &mut Option<u64>,
+) -> Result<Outcome, ClientError> {
+    let cfg = &shared.config.client;
+    let limits = StartupLimits {
+        max_len: cfg.max_startup_packet,
+        max_params: cfg.max_startup_params,
+    };
+    let mut buf = BytesMut::with_capacity(512);
+    let mut negotiations = 0;
+    let startup = loop {
+        match startup::cut(&mut buf, limits).map_err(startup_error)? {
+            None => {
+                if read_some(stream, &mut buf).await? == 0 {
+                    return Ok(Outcome::Done);
+                }
+            }
+            Some(StartupPacket::SslRequest | StartupPacket::GssEncRequest) => {
+                negotiations += 1;
+                if negotiations > MAX_NEGOTIATIONS || !buf.is_empty() {
+                    return Err(ClientError::Protocol(
+                        "unexpected data during SSL/GSS negotiation".into(),
+                    ));
+                }
+                stream.write_all(b"N").await?;
+            }
+            Some(StartupPacket::Cancel { pid, secret }) => {
+                shared.cancels.forward(pid, secret).await;
+                return Ok(Outcome::Done);
+            }
+            Some(StartupPacket::Startup(s)) => break s,
+        }
+    };
+    let mut out = BytesMut::new();
+    negotiate_version(&startup, &mut out);
+    let Some(user) = startup.get("user").filter(|u| !u.is_empty()) else {
+        return Err(ClientError::Fatal {
+            code: sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            message: "no PostgreSQL user name specified in startup packet".into(),
+        });
+    };
+    if startup
+        .get("replication")
+        .is_some_and(|r| r != "false" && r != "0" && r != "off")
+    {
+        return Err(ClientError::Fatal {
+            code: sqlstate::FEATURE_NOT_SUPPORTED,
+            message: "replication connections are not supported by droid-pool".into(),
+        });
+    }
+    let key = PoolKey {
+        user: user.to_owned(),
+        database: startup
+            .get("database")
+            .filter(|d| !d.is_empty())
+            .unwrap_or(user)
+            .to_owned(),
+    };
+    let client_id = shared.counters.next_client_id();
+    *id = Some(client_id);
+    shared.events.client_connected(client_id);
+    if shared.counters.clients_open.load(Ordering::Relaxed) > cfg.max_connections {
+        return Err(ClientError::Fatal {
+            code: sqlstate::TOO_MANY_CONNECTIONS,
+            message: "sorry, too many clients already".into(),
+        });
+    }
+    // Trust: the only method until client authentication lands; validated to loopback.
+    backend::auth_ok(&mut out);
+    let pool = shared.pools.get(&key);
+    let server_params = pool.startup_params().await?;
+    let requested = requested_params(&startup);
+    let mut params = (*server_params).clone();
+    for (k, v) in requested.iter() {
+        params.set(k, v);
+    }
+    // Tell only what a server would report; the other requested settings are applied by SET.
+    for (k, v) in server_params.iter() {
+        backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
+    }
+    let pid = i32::try_from(client_id % i32::MAX as u64).unwrap_or(1);
+    let secret: i32 = rand::thread_rng().gen();
+    backend::backend_key_data(&mut out, pid, secret);
+    backend::ready_for_query(&mut out, backend::TX_IDLE);
+    stream.write_all(&out).await?;
+    let cancel = shared.cancels.register(pid, secret);
+    Ok(Outcome::Session(Login {
+        id: client_id,
+        pid,
+        pool,
+        params,
+        cancel,
+        leftover: buf,
+    }))
+}
+
+/// We speak 3.0: a newer minor version or `_pq_.` options get NegotiateProtocolVersion, and
+/// the client carries on with 3.0 (protocol docs, "Protocol versions").
+fn negotiate_version(s: &startup::Startup, out: &mut BytesMut) {
+    let unknown: Vec<&str> = s
+        .params
+        .iter()
+        .filter(|(k, _)| k.starts_with("_pq_."))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if s.minor > 0 || !unknown.is_empty() {
+        backend::negotiate_protocol_version(out, 0, &unknown);
+    }
+}
+
+/// Session settings the client asked for: startup parameters that are GUCs, plus
+/// `options=-c name=value` / `--name=value`.
+fn requested_params(s: &startup::Startup) -> Params {
+    let mut p = Params::default();
+    for (k, v) in &s.params {
+        match k.as_str() {
+            "user" | "database" | "replication" | "options" => {}
+            k if k.starts_with("_pq_.") => {}
+            k => p.set(k, v),
+        }
+    }
+    if let Some(opts) = s.get("options") {
+        let words = split_options(opts);
+        let mut it = words.iter();
+        while let Some(w) = it.next() {
+            let setting = if w == "-c" {
+                it.next().map(String::as_str)
+            } else if let Some(rest) = w.strip_prefix("--") {
+                Some(rest)
+            } else {
+                w.strip_prefix("-c")
+            };
+            if let Some((name, value)) = setting.and_then(|s| s.split_once('=')) {
+                p.set(&name.replace('-', "_"), value);
+            }
+        }
+    }
+    p
+}
+
+/// Splits `options` on spaces, honouring backslash escapes as PostgreSQL does.
+fn split_options(s: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.extend(chars.next()),
+            ' ' | '\t' => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+fn startup_error(e: StartupError) -> ClientError {
+    let code = match e {
+        StartupError::UnsupportedVersion { .. } => sqlstate::FEATURE_NOT_SUPPORTED,
+        _ => sqlstate::PROTOCOL_VIOLATION,
+    };
+    ClientError::Fatal {
+        code,
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_parsed() {
+        let s = startup::Startup {
+            minor: 0,
+            params: vec![
+                ("user".into(), "u".into()),
+                ("application_name".into(), "app".into()),
+                (
+                    "options".into(),
+                    "-c TimeZone=Asia/Tokyo --search-path=a\\ b -cDateStyle=ISO".into(),
+                ),
+            ],
+        };
+        let p = requested_params(&s);
+        assert_eq!(p.get("TimeZone"), Some("Asia/Tokyo"));
+        assert_eq!(p.get("search_path"), Some("a b"));
+        assert_eq!(p.get("DateStyle"), Some("ISO"));
+        assert_eq!(p.get("application_name"), Some("app"));
+        assert_eq!(p.get("user"), None);
+    }
+}

@@ -1,0 +1,401 @@
+//! The one typed configuration: YAML file + command-line flags, defaults, and validation.
+//! Loaded once, immutable afterwards; a reload builds and validates a new value.
+
+mod cli;
+mod secret;
+
+pub use cli::Cli;
+pub use secret::Secret;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// How long a client keeps a server connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolMode {
+    /// A server for the client's whole connection.
+    Session,
+    /// A server per transaction, released at ReadyForQuery `I`.
+    #[default]
+    Transaction,
+    /// A server per statement; multi-statement transactions are refused.
+    Statement,
+}
+
+impl PoolMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+            PoolMode::Statement => "statement",
+        }
+    }
+}
+
+/// How clients prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMethod {
+    /// No password; allowed only on loopback unless `allow_trust_on_network`.
+    #[default]
+    Trust,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub listen: ListenConfig,
+    pub server: ServerConfig,
+    pub pool: PoolConfig,
+    pub client: ClientConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Address of the client listener.
+    pub addr: IpAddr,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    /// Login user for server connections; defaults to the client's user.
+    pub user: Option<String>,
+    /// Password for server logins (cleartext, md5 or SCRAM); never printed.
+    pub password: Option<Secret>,
+    /// File holding the password (first line), as a mounted Kubernetes Secret would be.
+    pub password_file: Option<PathBuf>,
+    /// Database to connect to; defaults to the client's database.
+    pub database: Option<String>,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Close servers idle longer than this (0 = never).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Close servers older than this when they are next idle (0 = never).
+    #[serde(with = "humantime_serde")]
+    pub lifetime: Duration,
+    /// Random extra lifetime per connection, up to this fraction of `lifetime`, so connections
+    /// opened together do not expire together.
+    pub lifetime_jitter: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolConfig {
+    pub mode: PoolMode,
+    /// Server connections per (database, user) pool.
+    pub size: usize,
+    /// Server connections kept open even when idle.
+    pub min_size: usize,
+    /// Clients allowed to wait for a server per pool; beyond it they get 53300 at once.
+    pub max_waiting_clients: usize,
+    /// Longest wait for a server before the client gets 57014 (0 = wait forever).
+    #[serde(with = "humantime_serde")]
+    pub query_wait_timeout: Duration,
+    /// Run on a session-mode server when its client leaves (empty = none).
+    pub reset_query: String,
+    /// Hand out idle servers in rotation instead of most-recently-used first.
+    pub server_round_robin: bool,
+    /// Track named prepared statements across server connections (transaction mode).
+    pub track_prepared: bool,
+    /// Prepared statements kept per server connection before the least recently used is closed.
+    pub max_prepared_statements: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Client connections accepted at once; beyond it: 53300 and close.
+    pub max_connections: usize,
+    /// A client that has not finished startup by then is dropped.
+    #[serde(with = "humantime_serde")]
+    pub login_timeout: Duration,
+    /// Close clients idle (no transaction) longer than this (0 = never).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Largest message accepted from a client, in bytes; larger lengths get 08P01 and a close.
+    pub max_message_size: usize,
+    /// Largest startup packet accepted.
+    pub max_startup_packet: usize,
+    /// Most parameters accepted in a startup packet.
+    pub max_startup_params: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    pub method: AuthMethod,
+    /// Permit `trust` on a non-loopback listen address.
+    pub allow_trust_on_network: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// Print the `[POOL] ...` event lines on stdout.
+    pub events: bool,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            addr: IpAddr::from([127, 0, 0, 1]),
+            port: 6432,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: "127.0.0.1".into(),
+            port: 5432,
+            user: None,
+            password: None,
+            password_file: None,
+            database: None,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(600),
+            lifetime: Duration::from_secs(3600),
+            lifetime_jitter: 0.1,
+        }
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            mode: PoolMode::Transaction,
+            size: 20,
+            min_size: 0,
+            max_waiting_clients: 10_000,
+            query_wait_timeout: Duration::from_secs(30),
+            reset_query: "DISCARD ALL".into(),
+            server_round_robin: false,
+            track_prepared: false,
+            max_prepared_statements: 200,
+        }
+    }
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            max_connections: 10_000,
+            login_timeout: Duration::from_secs(15),
+            idle_timeout: Duration::ZERO,
+            max_message_size: 64 << 20,
+            max_startup_packet: 10_000,
+            max_startup_params: 64,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            events: true,
+        }
+    }
+}
+
+impl Config {
+    /// Parses a YAML document (an empty one gives the defaults).
+    pub fn from_yaml(text: &str, path: &std::path::Path) -> Result<Config, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Loads the file named by `--config` (if any), applies the flags, resolves the password file
+    /// and validates the result.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let mut cfg = match &cli.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                Config::from_yaml(&text, path)?
+            }
+            None => Config::default(),
+        };
+        cli.apply(&mut cfg);
+        cfg.resolve_password()?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn resolve_password(&mut self) -> Result<(), ConfigError> {
+        if let (None, Some(path)) = (&self.server.password, &self.server.password_file) {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let line = text.lines().next().unwrap_or("").to_owned();
+            self.server.password = Some(Secret::new(line));
+        }
+        Ok(())
+    }
+
+    /// Refuses settings that cannot work together, saying why.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let p = &self.pool;
+        if p.size == 0 {
+            return bad("pool.size must be at least 1".into());
+        }
+        if p.min_size > p.size {
+            return bad(format!(
+                "pool.min_size ({}) exceeds pool.size ({})",
+                p.min_size, p.size
+            ));
+        }
+        if p.track_prepared && p.max_prepared_statements == 0 {
+            return bad("pool.max_prepared_statements must be at least 1".into());
+        }
+        if !p.query_wait_timeout.is_zero() && self.server.connect_timeout >= p.query_wait_timeout {
+            return bad(format!(
+                "server.connect_timeout ({:?}) must be shorter than pool.query_wait_timeout ({:?}): \
+                 timeouts must shrink down the stack",
+                self.server.connect_timeout, p.query_wait_timeout
+            ));
+        }
+        if self.server.connect_timeout.is_zero() {
+            return bad("server.connect_timeout must be positive".into());
+        }
+        if !(0.0..=1.0).contains(&self.server.lifetime_jitter) {
+            return bad("server.lifetime_jitter must be between 0 and 1".into());
+        }
+        let c = &self.client;
+        if c.max_message_size < 1024 {
+            return bad("client.max_message_size must be at least 1024".into());
+        }
+        if c.max_startup_packet < 64 || c.max_startup_packet > 1 << 20 {
+            return bad("client.max_startup_packet must be between 64 and 1048576".into());
+        }
+        if c.max_connections == 0 {
+            return bad("client.max_connections must be at least 1".into());
+        }
+        if self.auth.method == AuthMethod::Trust
+            && !self.listen.addr.is_loopback()
+            && !self.auth.allow_trust_on_network
+        {
+            return bad(format!(
+                "auth.method trust on non-loopback address {} would let anyone on the network in; \
+                 listen on loopback or set auth.allow_trust_on_network: true",
+                self.listen.addr
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("droid-pool").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(
+            &path,
+            "pool:\n  size: 7\n  mode: session\nserver:\n  port: 1234\n  password: hunter2\n",
+        )
+        .unwrap();
+        let cli = parse(&["--config", path.to_str().unwrap(), "--pool-size", "3"]);
+        let cfg = Config::load(&cli).unwrap();
+        assert_eq!(cfg.pool.size, 3);
+        assert_eq!(cfg.pool.mode, PoolMode::Session);
+        assert_eq!(cfg.server.port, 1234);
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn reference_cli_is_accepted() {
+        let cli = parse(&[
+            "--port",
+            "6432",
+            "--server-port",
+            "5433",
+            "--pool-size",
+            "2",
+            "--mode",
+            "transaction",
+            "--track-prepared",
+        ]);
+        let cfg = Config::load(&cli).unwrap();
+        assert_eq!(cfg.server.port, 5433);
+        assert_eq!(cfg.pool.size, 2);
+        assert!(cfg.pool.track_prepared);
+    }
+
+    #[test]
+    fn trust_on_network_refused() {
+        let cli = parse(&["--listen-addr", "0.0.0.0"]);
+        let err = Config::load(&cli).unwrap_err().to_string();
+        assert!(err.contains("allow_trust_on_network"), "{err}");
+    }
+
+    #[test]
+    fn inverted_timeouts_refused() {
+        let mut cfg = Config::default();
+        cfg.server.connect_timeout = Duration::from_secs(60);
+        assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn unknown_keys_rejected() {
+        assert!(Config::from_yaml("pool:\n  sise: 3\n", "x".as_ref()).is_err());
+        let cfg = Config::from_yaml("client:\n  login_timeout: 250ms\n", "x".as_ref()).unwrap();
+        assert_eq!(cfg.client.login_timeout, Duration::from_millis(250));
+    }
+}

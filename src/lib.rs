@@ -1,0 +1,18 @@
+//! droid-pool: a PostgreSQL connection pooler built for Kubernetes.
+//!
+//! Glossary: a *client* is an application connection to the pooler; a *server* is a
+//! connection from the pooler to PostgreSQL; a *pool* holds the servers of one
+//! (database, user). Layers, lowest first: `protocol` (sans-IO codec), `config`, `params`,
+//! `prepared`, `events`; `server` (one PostgreSQL connection); `pool`; `client` (one task per
+//! client); `app` (listener and composition root).
+
+pub mod app;
+pub mod client;
+pub mod config;
+pub mod events;
+pub mod params;
+pub mod pool;
+pub mod prepared;
+pub mod protocol;
+pub mod server;
+pub mod shared;

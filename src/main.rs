@@ -1,0 +1,31 @@
+//! The `droid-pool` binary: flags → config → `app::run`. Exit codes live here only.
+
+use anyhow::Context;
+use clap::Parser;
+use droid_pool::config::{Cli, Config, LogFormat};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = Config::load(&cli).context("loading configuration")?;
+    init_tracing(config.log.format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(droid_pool::app::run(config, CancellationToken::new()))?;
+    Ok(())
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

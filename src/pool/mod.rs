@@ -1,0 +1,363 @@
+//! Server connection pools, one per (database, user): checkout with bounded waiting, checkin,
+//! connecting on demand, and maintenance. A pool never parses client messages.
+
+mod maintenance;
+mod registry;
+
+pub use registry::{PoolKey, Pools};
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use thiserror::Error;
+use tokio::sync::{oneshot, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::events::Events;
+use crate::params::Params;
+use crate::protocol::sqlstate;
+use crate::server::{self, ServerConn, ServerError, ServerTarget};
+use crate::shared::Counters;
+
+#[derive(Debug, Error, Clone)]
+pub enum PoolError {
+    #[error(
+        "no server connection available in pool {pool} within {waited:?} (query_wait_timeout)"
+    )]
+    WaitTimeout { pool: String, waited: Duration },
+    #[error("too many clients already waiting for pool {pool} (max_waiting_clients {max})")]
+    TooManyWaiting { pool: String, max: usize },
+    #[error("{message}")]
+    Server {
+        code: String,
+        message: String,
+        detail: Option<String>,
+    },
+    #[error("pool {0} is closed")]
+    Closed(String),
+}
+
+impl PoolError {
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            PoolError::WaitTimeout { .. } => sqlstate::QUERY_CANCELED,
+            PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
+            PoolError::Server { code, .. } => code,
+            PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
+        }
+    }
+
+    fn from_server(e: &ServerError) -> Self {
+        let (message, detail) = match e {
+            ServerError::Rejected(f) => (f.message.clone(), f.detail.clone()),
+            other => (other.to_string(), None),
+        };
+        PoolError::Server {
+            code: e.sqlstate().to_owned(),
+            message,
+            detail,
+        }
+    }
+}
+
+/// Settings a pool reads; taken from the config when the pool is made.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub size: usize,
+    pub min_size: usize,
+    pub max_waiting: usize,
+    pub query_wait_timeout: Duration,
+    pub round_robin: bool,
+    pub idle_timeout: Duration,
+    pub lifetime: Duration,
+    pub lifetime_jitter: f64,
+}
+
+impl PoolSettings {
+    pub fn from_config(cfg: &Config) -> Self {
+        PoolSettings {
+            size: cfg.pool.size,
+            min_size: cfg.pool.min_size,
+            max_waiting: cfg.pool.max_waiting_clients,
+            query_wait_timeout: cfg.pool.query_wait_timeout,
+            round_robin: cfg.pool.server_round_robin,
+            idle_timeout: cfg.server.idle_timeout,
+            lifetime: cfg.server.lifetime,
+            lifetime_jitter: cfg.server.lifetime_jitter,
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Result<ServerConn, PoolError>>;
+
+#[derive(Default)]
+struct PoolState {
+    idle: VecDeque<ServerConn>,
+    waiters: VecDeque<Waiter>,
+    /// Logins in flight.
+    connecting: usize,
+    /// What the first server reported at login: told to clients at their login.
+    startup_params: Option<Arc<Params>>,
+}
+
+/// A cloneable handle to one pool.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    name: String,
+    target: ServerTarget,
+    settings: PoolSettings,
+    /// One permit per server connection that may exist; a `ServerConn` holds its permit.
+    capacity: Arc<Semaphore>,
+    state: Mutex<PoolState>,
+    events: Events,
+    counters: Arc<Counters>,
+    shutdown: CancellationToken,
+}
+
+impl Pool {
+    pub fn new(
+        name: String,
+        target: ServerTarget,
+        settings: PoolSettings,
+        events: Events,
+        counters: Arc<Counters>,
+        shutdown: CancellationToken,
+    ) -> Pool {
+        let pool = Pool {
+            inner: Arc::new(PoolInner {
+                name,
+                capacity: Arc::new(Semaphore::new(settings.size)),
+                target,
+                settings,
+                state: Mutex::new(PoolState::default()),
+                events,
+                counters,
+                shutdown,
+            }),
+        };
+        maintenance::spawn(pool.clone());
+        pool
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters more than stopping the pool would, so recover the guard.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Server connections open or being opened.
+    pub fn open_count(&self) -> usize {
+        self.inner.settings.size - self.inner.capacity.available_permits()
+    }
+
+    /// The parameters a client is told at login; logs in a first server if none has yet.
+    pub async fn startup_params(&self) -> Result<Arc<Params>, PoolError> {
+        if let Some(p) = self.lock().startup_params.clone() {
+            return Ok(p);
+        }
+        let conn = self.checkout().await?;
+        self.checkin(conn);
+        Ok(self
+            .lock()
+            .startup_params
+            .clone()
+            .unwrap_or_else(|| Arc::new(Params::default())))
+    }
+
+    /// Takes an idle server, or waits (bounded in count and time) for one.
+    pub async fn checkout(&self) -> Result<ServerConn, PoolError> {
+        let rx = {
+            let mut st = self.lock();
+            let now = Instant::now();
+            while let Some(conn) = self.pop_idle(&mut st) {
+                if conn.is_expired(now) {
+                    self.close(conn);
+                    continue;
+                }
+                return Ok(conn);
+            }
+            if st.waiters.len() >= self.inner.settings.max_waiting {
+                st.waiters.retain(|w| !w.is_closed());
+                if st.waiters.len() >= self.inner.settings.max_waiting {
+                    return Err(PoolError::TooManyWaiting {
+                        pool: self.inner.name.clone(),
+                        max: self.inner.settings.max_waiting,
+                    });
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back(tx);
+            self.spawn_connects(&mut st);
+            rx
+        };
+        let wait = self.inner.settings.query_wait_timeout;
+        let res = if wait.is_zero() {
+            rx.await
+        } else {
+            match tokio::time::timeout(wait, rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(PoolError::WaitTimeout {
+                        pool: self.inner.name.clone(),
+                        waited: wait,
+                    })
+                }
+            }
+        };
+        res.unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
+    }
+
+    fn pop_idle(&self, st: &mut PoolState) -> Option<ServerConn> {
+        if self.inner.settings.round_robin {
+            st.idle.pop_front()
+        } else {
+            st.idle.pop_back()
+        }
+    }
+
+    /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
+    pub fn checkin(&self, mut conn: ServerConn) {
+        let now = Instant::now();
+        if conn.is_expired(now) || self.inner.shutdown.is_cancelled() {
+            self.close(conn);
+            self.lock_and_spawn();
+            return;
+        }
+        conn.last_used = now;
+        let mut st = self.lock();
+        loop {
+            let Some(w) = st.waiters.pop_front() else {
+                st.idle.push_back(conn);
+                return;
+            };
+            match w.send(Ok(conn)) {
+                Ok(()) => return,
+                Err(Ok(back)) => conn = back,
+                // A waiter is only ever sent `Ok(conn)`, so this arm cannot be reached.
+                Err(Err(_)) => return,
+            }
+        }
+    }
+
+    /// Closes a server that must not be reused (broken, mid-transaction, expired).
+    pub fn discard(&self, conn: ServerConn) {
+        self.close(conn);
+        self.lock_and_spawn();
+    }
+
+    fn lock_and_spawn(&self) {
+        let mut st = self.lock();
+        self.spawn_connects(&mut st);
+    }
+
+    fn close(&self, conn: ServerConn) {
+        self.inner.events.server_closed(conn.id);
+        tokio::spawn(terminate(conn));
+    }
+
+    /// Starts logins while live waiters outnumber logins in flight and capacity remains.
+    fn spawn_connects(&self, st: &mut PoolState) {
+        let waiting = st.waiters.iter().filter(|w| !w.is_closed()).count();
+        while st.connecting < waiting {
+            let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
+                return;
+            };
+            st.connecting += 1;
+            let pool = self.clone();
+            tokio::spawn(async move {
+                let res = server::login(&pool.inner.target).await;
+                pool.login_done(res, permit);
+            });
+        }
+    }
+
+    /// Opens one server for the warm minimum, without a waiter.
+    fn spawn_warm(&self) -> bool {
+        let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
+            return false;
+        };
+        self.lock().connecting += 1;
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let res = server::login(&pool.inner.target).await;
+            pool.login_done(res, permit);
+        });
+        true
+    }
+
+    fn login_done(
+        &self,
+        res: Result<ServerConn, ServerError>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        self.lock().connecting -= 1;
+        match res {
+            Ok(mut conn) => {
+                conn.id = self.inner.counters.next_server_id();
+                conn.permit = Some(permit);
+                conn.expires = self.expiry();
+                self.inner.events.server_connected(conn.id);
+                {
+                    let mut st = self.lock();
+                    if st.startup_params.is_none() {
+                        st.startup_params = Some(Arc::new(conn.params.clone()));
+                    }
+                }
+                self.checkin(conn);
+            }
+            Err(e) => {
+                drop(permit);
+                self.login_failed(&e);
+            }
+        }
+    }
+
+    fn login_failed(&self, e: &ServerError) {
+        if e.is_config_error() {
+            tracing::error!(pool = %self.inner.name, error = %e, "server login refused: check credentials and database");
+        } else {
+            tracing::warn!(pool = %self.inner.name, error = %e, "server login failed");
+        }
+        let err = PoolError::from_server(e);
+        let mut st = self.lock();
+        // With no server open, nobody will be served soon: tell every waiter now. Otherwise a
+        // busy server will come back; fail only the waiter this login was for.
+        let fail_all = e.is_config_error() || self.open_count() == 0;
+        while let Some(w) = st.waiters.pop_front() {
+            let delivered = w.send(Err(err.clone())).is_ok();
+            if delivered && !fail_all {
+                break;
+            }
+        }
+    }
+
+    fn expiry(&self) -> Option<Instant> {
+        let s = &self.inner.settings;
+        if s.lifetime.is_zero() {
+            return None;
+        }
+        let jitter = s
+            .lifetime
+            .mul_f64(s.lifetime_jitter * rand::thread_rng().gen::<f64>());
+        Some(Instant::now() + s.lifetime + jitter)
+    }
+}
+
+/// Says goodbye to a server politely; it is closed either way when dropped.
+async fn terminate(mut conn: ServerConn) {
+    use tokio::io::AsyncWriteExt;
+    let mut b = bytes::BytesMut::new();
+    crate::protocol::frontend::terminate(&mut b);
+    let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.write_all(&b)).await;
+}

@@ -1,0 +1,233 @@
+//! Frontend (client → server) messages: tags, the statement names inside Parse, Bind, Describe
+//! and Close, and encoders for what the pooler sends to a server itself.
+
+use bytes::{BufMut, BytesMut};
+
+use super::backend::put_cstr;
+use super::cursor::{Cursor, ParseError};
+use super::frame::{begin, finish, HEADER_LEN};
+
+pub const BIND_TAG: u8 = b'B';
+pub const CLOSE_TAG: u8 = b'C';
+pub const COPY_DATA_TAG: u8 = b'd';
+pub const COPY_DONE_TAG: u8 = b'c';
+pub const COPY_FAIL_TAG: u8 = b'f';
+pub const DESCRIBE_TAG: u8 = b'D';
+pub const EXECUTE_TAG: u8 = b'E';
+pub const FLUSH_TAG: u8 = b'H';
+pub const FUNCTION_CALL_TAG: u8 = b'F';
+pub const PARSE_TAG: u8 = b'P';
+pub const PASSWORD_TAG: u8 = b'p';
+pub const QUERY_TAG: u8 = b'Q';
+pub const SYNC_TAG: u8 = b'S';
+pub const TERMINATE_TAG: u8 = b'X';
+
+/// Whether a client may send this tag after startup (anything else is a protocol violation).
+pub fn is_known_tag(tag: u8) -> bool {
+    matches!(
+        tag,
+        BIND_TAG
+            | CLOSE_TAG
+            | COPY_DATA_TAG
+            | COPY_DONE_TAG
+            | COPY_FAIL_TAG
+            | DESCRIBE_TAG
+            | EXECUTE_TAG
+            | FLUSH_TAG
+            | FUNCTION_CALL_TAG
+            | PARSE_TAG
+            | QUERY_TAG
+            | SYNC_TAG
+            | TERMINATE_TAG
+    )
+}
+
+/// Where a statement name sits inside a message, so it can be replaced without re-encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameSpan {
+    /// Offset of the first byte of the name within the whole message (tag included).
+    pub start: usize,
+    /// Length of the name, without its NUL.
+    pub len: usize,
+}
+
+impl NameSpan {
+    pub fn get<'m>(&self, msg: &'m [u8]) -> &'m [u8] {
+        &msg[self.start..self.start + self.len]
+    }
+}
+
+/// The statement name of a Parse message (whole message, tag included).
+pub fn parse_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
+    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    let name = c.cstr()?;
+    c.cstr()?; // query text
+    let n = c.i16()?;
+    if n < 0 {
+        return Err(ParseError::Invalid("negative parameter count"));
+    }
+    c.take(n as usize * 4)?;
+    Ok(NameSpan {
+        start: HEADER_LEN,
+        len: name.len(),
+    })
+}
+
+/// The statement name of a Bind message (after the portal name).
+pub fn bind_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
+    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    c.cstr()?; // portal
+    let start = HEADER_LEN + c.position();
+    let name = c.cstr()?;
+    Ok(NameSpan {
+        start,
+        len: name.len(),
+    })
+}
+
+/// The target of Describe or Close: `b'S'` (statement) or `b'P'` (portal), and its name.
+pub fn describe_or_close_target(msg: &[u8]) -> Result<(u8, NameSpan), ParseError> {
+    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    let kind = c.u8()?;
+    if kind != b'S' && kind != b'P' {
+        return Err(ParseError::Invalid("Describe/Close target"));
+    }
+    let name = c.cstr()?;
+    Ok((
+        kind,
+        NameSpan {
+            start: HEADER_LEN + 1,
+            len: name.len(),
+        },
+    ))
+}
+
+/// The SQL text of a Query message.
+pub fn query_text(msg: &[u8]) -> Result<&[u8], ParseError> {
+    Cursor::new(&msg[HEADER_LEN..]).cstr()
+}
+
+/// Copies `msg` into `out` with the name at `span` replaced by `name`, rewriting the length.
+pub fn write_renamed(out: &mut BytesMut, msg: &[u8], span: NameSpan, name: &[u8]) {
+    let at = begin(out, msg[0]);
+    out.put_slice(&msg[HEADER_LEN..span.start]);
+    out.put_slice(name);
+    out.put_slice(&msg[span.start + span.len..]);
+    finish(out, at);
+}
+
+pub fn startup_message(buf: &mut BytesMut, params: &[(&str, &str)]) {
+    let start = buf.len();
+    buf.put_i32(0);
+    buf.put_i32(super::startup::PROTOCOL_3_0);
+    for (k, v) in params {
+        put_cstr(buf, k.as_bytes());
+        put_cstr(buf, v.as_bytes());
+    }
+    buf.put_u8(0);
+    let len = (buf.len() - start) as u32;
+    buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+pub fn cancel_request(buf: &mut BytesMut, pid: i32, secret: i32) {
+    buf.put_i32(16);
+    buf.put_i32(super::startup::CANCEL_REQUEST_CODE);
+    buf.put_i32(pid);
+    buf.put_i32(secret);
+}
+
+pub fn password(buf: &mut BytesMut, pw: &[u8]) {
+    let at = begin(buf, PASSWORD_TAG);
+    put_cstr(buf, pw);
+    finish(buf, at);
+}
+
+pub fn sasl_initial_response(buf: &mut BytesMut, mechanism: &str, data: &[u8]) {
+    let at = begin(buf, PASSWORD_TAG);
+    put_cstr(buf, mechanism.as_bytes());
+    buf.put_i32(data.len() as i32);
+    buf.put_slice(data);
+    finish(buf, at);
+}
+
+pub fn sasl_response(buf: &mut BytesMut, data: &[u8]) {
+    let at = begin(buf, PASSWORD_TAG);
+    buf.put_slice(data);
+    finish(buf, at);
+}
+
+pub fn query(buf: &mut BytesMut, sql: &str) {
+    let at = begin(buf, QUERY_TAG);
+    put_cstr(buf, sql.as_bytes());
+    finish(buf, at);
+}
+
+pub fn terminate(buf: &mut BytesMut) {
+    let at = begin(buf, TERMINATE_TAG);
+    finish(buf, at);
+}
+
+/// Close of a prepared statement (`S`) by name.
+pub fn close_statement(buf: &mut BytesMut, name: &[u8]) {
+    let at = begin(buf, CLOSE_TAG);
+    buf.put_u8(b'S');
+    put_cstr(buf, name);
+    finish(buf, at);
+}
+
+pub fn sync(buf: &mut BytesMut) {
+    let at = begin(buf, SYNC_TAG);
+    finish(buf, at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_msg(name: &str, sql: &str) -> BytesMut {
+        let mut b = BytesMut::new();
+        let at = begin(&mut b, PARSE_TAG);
+        put_cstr(&mut b, name.as_bytes());
+        put_cstr(&mut b, sql.as_bytes());
+        b.put_i16(1);
+        b.put_i32(23);
+        finish(&mut b, at);
+        b
+    }
+
+    #[test]
+    fn rename_rewrites_length() {
+        let m = parse_msg("p", "select $1");
+        let span = parse_statement(&m).unwrap();
+        assert_eq!(span.get(&m), b"p");
+        let mut out = BytesMut::new();
+        write_renamed(&mut out, &m, span, b"p12_p");
+        assert_eq!(out.len(), m.len() + 4);
+        let len = u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize;
+        assert_eq!(len + 1, out.len());
+        assert_eq!(parse_statement(&out).unwrap().get(&out), b"p12_p");
+        assert_eq!(&out[out.len() - 6..], &m[m.len() - 6..]);
+    }
+
+    #[test]
+    fn bind_and_close_names() {
+        let mut b = BytesMut::new();
+        let at = begin(&mut b, BIND_TAG);
+        put_cstr(&mut b, b"portal");
+        put_cstr(&mut b, b"stmt");
+        b.put_slice(&[0, 0, 0, 0, 0, 0]);
+        finish(&mut b, at);
+        assert_eq!(bind_statement(&b).unwrap().get(&b), b"stmt");
+        let mut c = BytesMut::new();
+        close_statement(&mut c, b"x");
+        let (k, s) = describe_or_close_target(&c).unwrap();
+        assert_eq!((k, s.get(&c)), (b'S', &b"x"[..]));
+    }
+
+    #[test]
+    fn truncated_parse_is_an_error() {
+        let m = parse_msg("p", "select 1");
+        let cut = &m[..m.len() - 2];
+        assert!(parse_statement(cut).is_err());
+    }
+}

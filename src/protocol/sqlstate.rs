@@ -1,0 +1,19 @@
+//! SQLSTATE codes the pooler itself answers with (PostgreSQL docs, Appendix A).
+
+pub const SUCCESSFUL_COMPLETION: &str = "00000";
+pub const CONNECTION_FAILURE: &str = "08006";
+pub const CONNECTION_EXCEPTION: &str = "08000";
+pub const SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION: &str = "08001";
+pub const PROTOCOL_VIOLATION: &str = "08P01";
+pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
+pub const INVALID_PASSWORD: &str = "28P01";
+pub const INVALID_CATALOG_NAME: &str = "3D000";
+pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+pub const TOO_MANY_CONNECTIONS: &str = "53300";
+pub const QUERY_CANCELED: &str = "57014";
+pub const ADMIN_SHUTDOWN: &str = "57P01";
+pub const CANNOT_CONNECT_NOW: &str = "57P03";
+pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+pub const INTERNAL_ERROR: &str = "XX000";

@@ -1,0 +1,170 @@
+//! Server login: TCP connect, StartupMessage, authentication (trust, cleartext, md5,
+//! SCRAM-SHA-256), then ParameterStatus and BackendKeyData up to the first ReadyForQuery.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use postgres_protocol::authentication::{md5_hash, sasl};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{ServerConn, ServerError};
+use crate::config::Secret;
+use crate::params::Params;
+use crate::prepared::ServerStatements;
+use crate::protocol::backend::{self, AuthRequest};
+use crate::protocol::{frame, frontend, Frame};
+
+/// Largest message accepted from a server during login.
+const LOGIN_MAX_MESSAGE: usize = 1 << 20;
+
+/// Where and as whom to log in.
+#[derive(Debug, Clone)]
+pub struct ServerTarget {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub database: String,
+    pub password: Option<Secret>,
+    pub connect_timeout: Duration,
+}
+
+/// Connects and logs in; the whole exchange is bounded by `connect_timeout`.
+pub async fn login(target: &ServerTarget) -> Result<ServerConn, ServerError> {
+    tokio::time::timeout(target.connect_timeout, login_inner(target))
+        .await
+        .map_err(|_| ServerError::Timeout)?
+}
+
+async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
+    let addr_text = format!("{}:{}", t.host, t.port);
+    let stream = TcpStream::connect(&addr_text)
+        .await
+        .map_err(|source| ServerError::Connect {
+            addr: addr_text.clone(),
+            source,
+        })?;
+    stream.set_nodelay(true)?;
+    let addr = stream.peer_addr()?;
+    let mut conn = ServerConn {
+        id: 0,
+        stream,
+        rbuf: BytesMut::with_capacity(8192),
+        params: Params::default(),
+        key: (0, 0),
+        addr,
+        created: Instant::now(),
+        last_used: Instant::now(),
+        expires: None,
+        statements: ServerStatements::default(),
+        permit: None,
+    };
+    let mut out = BytesMut::new();
+    frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);
+    conn.stream.write_all(&out).await?;
+    authenticate(&mut conn, t).await?;
+    loop {
+        let f = read_frame(&mut conn).await?;
+        match f.tag {
+            backend::PARAMETER_STATUS_TAG => {
+                let (k, v) = backend::parse_parameter_status(f.body())?;
+                conn.params.set(k, v);
+            }
+            backend::BACKEND_KEY_DATA_TAG => conn.key = backend::parse_backend_key(f.body())?,
+            backend::READY_FOR_QUERY_TAG => return Ok(conn),
+            backend::ERROR_RESPONSE_TAG => {
+                return Err(ServerError::Rejected(backend::parse_error(f.body())?))
+            }
+            backend::NOTICE_RESPONSE_TAG | backend::NEGOTIATE_PROTOCOL_VERSION_TAG => {}
+            t => {
+                return Err(ServerError::Protocol(format!(
+                    "unexpected message '{}' at login",
+                    t as char
+                )))
+            }
+        }
+    }
+}
+
+async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), ServerError> {
+    let mut scram: Option<sasl::ScramSha256> = None;
+    loop {
+        let f = read_frame(conn).await?;
+        match f.tag {
+            backend::AUTHENTICATION_TAG => {}
+            backend::ERROR_RESPONSE_TAG => {
+                return Err(ServerError::Rejected(backend::parse_error(f.body())?))
+            }
+            backend::NEGOTIATE_PROTOCOL_VERSION_TAG | backend::NOTICE_RESPONSE_TAG => continue,
+            t => {
+                return Err(ServerError::Protocol(format!(
+                    "unexpected message '{}' in authentication",
+                    t as char
+                )))
+            }
+        }
+        let mut out = BytesMut::new();
+        match backend::parse_auth(f.body())? {
+            AuthRequest::Ok => return Ok(()),
+            AuthRequest::Cleartext => frontend::password(&mut out, password(t)?.as_bytes()),
+            AuthRequest::Md5 { salt } => {
+                let hash = md5_hash(t.user.as_bytes(), password(t)?.as_bytes(), salt);
+                frontend::password(&mut out, hash.as_bytes());
+            }
+            AuthRequest::Sasl { mechanisms } => {
+                if !mechanisms.contains(&sasl::SCRAM_SHA_256) {
+                    return Err(ServerError::UnsupportedAuth(mechanisms.join(",")));
+                }
+                let s = sasl::ScramSha256::new(
+                    password(t)?.as_bytes(),
+                    sasl::ChannelBinding::unsupported(),
+                );
+                frontend::sasl_initial_response(&mut out, sasl::SCRAM_SHA_256, s.message());
+                scram = Some(s);
+            }
+            AuthRequest::SaslContinue { data } => {
+                let s = scram
+                    .as_mut()
+                    .ok_or_else(|| protocol("SASLContinue before SASL"))?;
+                s.update(data)
+                    .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                frontend::sasl_response(&mut out, s.message());
+            }
+            AuthRequest::SaslFinal { data } => {
+                let mut s = scram
+                    .take()
+                    .ok_or_else(|| protocol("SASLFinal before SASL"))?;
+                s.finish(data)
+                    .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                continue;
+            }
+            AuthRequest::Other(n) => {
+                return Err(ServerError::UnsupportedAuth(format!("method {n}")))
+            }
+        }
+        conn.stream.write_all(&out).await?;
+    }
+}
+
+fn password(t: &ServerTarget) -> Result<&str, ServerError> {
+    t.password
+        .as_ref()
+        .map(Secret::expose)
+        .ok_or(ServerError::NoPassword)
+}
+
+fn protocol(msg: &str) -> ServerError {
+    ServerError::Protocol(msg.to_owned())
+}
+
+/// Reads one whole message from the server into its buffer.
+pub(crate) async fn read_frame(conn: &mut ServerConn) -> Result<Frame, ServerError> {
+    loop {
+        if let Some(f) = frame::cut(&mut conn.rbuf, LOGIN_MAX_MESSAGE)? {
+            return Ok(f);
+        }
+        if conn.stream.read_buf(&mut conn.rbuf).await? == 0 {
+            return Err(ServerError::Closed);
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! One connection to PostgreSQL: login, the parameters it reports, and its identity.
+
+mod login;
+pub mod replies;
+
+pub(crate) use login::read_frame;
+pub use login::{login, ServerTarget};
+pub use replies::{Owed, Replies, Request, Step};
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::params::Params;
+use crate::prepared::ServerStatements;
+use crate::protocol::backend::ErrorFields;
+use crate::protocol::{sqlstate, FrameError, ParseError};
+
+/// Why a server connection could not be made or used.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("could not connect to server {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server login timed out")]
+    Timeout,
+    #[error("server closed the connection unexpectedly")]
+    Closed,
+    #[error("server I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server rejected the login: {} ({})", .0.message, .0.code)]
+    Rejected(ErrorFields),
+    #[error("server requested a password but none is configured")]
+    NoPassword,
+    #[error("server requested unsupported authentication: {0}")]
+    UnsupportedAuth(String),
+    #[error("protocol error from server: {0}")]
+    Protocol(String),
+}
+
+impl From<ParseError> for ServerError {
+    fn from(e: ParseError) -> Self {
+        ServerError::Protocol(e.to_string())
+    }
+}
+
+impl From<FrameError> for ServerError {
+    fn from(e: FrameError) -> Self {
+        ServerError::Protocol(e.to_string())
+    }
+}
+
+impl ServerError {
+    /// The SQLSTATE a client sees for this failure.
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            ServerError::Rejected(f) if !f.code.is_empty() => &f.code,
+            ServerError::NoPassword | ServerError::UnsupportedAuth(_) => {
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION
+            }
+            ServerError::Connect { .. } | ServerError::Timeout => {
+                sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
+            }
+            _ => sqlstate::CONNECTION_FAILURE,
+        }
+    }
+
+    /// Wrong credentials or an unknown database: retrying cannot help.
+    pub fn is_config_error(&self) -> bool {
+        matches!(
+            self,
+            ServerError::NoPassword | ServerError::UnsupportedAuth(_)
+        ) || matches!(self, ServerError::Rejected(f)
+                if f.code.starts_with("28") || f.code == sqlstate::INVALID_CATALOG_NAME)
+    }
+}
+
+/// A logged-in server connection.
+#[derive(Debug)]
+pub struct ServerConn {
+    /// Number in order of successful login, from 1 (the `[POOL] server N` number).
+    pub id: u64,
+    pub stream: TcpStream,
+    /// Bytes read from the server and not yet handled.
+    pub rbuf: BytesMut,
+    /// Values the server last reported with ParameterStatus.
+    pub params: Params,
+    /// The server's BackendKeyData, for forwarding cancels.
+    pub key: (i32, i32),
+    pub addr: SocketAddr,
+    pub created: Instant,
+    pub last_used: Instant,
+    /// When the server retires (lifetime plus jitter), if it does.
+    pub expires: Option<Instant>,
+    /// Prepared statements this connection holds for tracked clients.
+    pub statements: ServerStatements,
+    /// A slot of the pool's capacity, freed whenever this connection is dropped.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+impl ServerConn {
+    pub fn is_expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|e| now >= e)
+    }
+}

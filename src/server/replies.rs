@@ -1,0 +1,260 @@
+//! The expected-reply queue: what a server connection still owes, in request order, and what
+//! the pooler does with each reply (forward it, swallow it, or put its own answer in place).
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::protocol::backend as b;
+
+/// Which client request a reply belongs to, by what completes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Parse,
+    Bind,
+    /// Describe of a statement or portal: completed by RowDescription or NoData.
+    Describe,
+    Execute,
+    Close,
+    Sync,
+    /// A simple Query or FunctionCall: completed by ReadyForQuery.
+    Query,
+}
+
+impl Request {
+    fn completed_by(self, tag: u8) -> bool {
+        match self {
+            Request::Parse => tag == b::PARSE_COMPLETE_TAG,
+            Request::Bind => tag == b::BIND_COMPLETE_TAG,
+            Request::Describe => tag == b::ROW_DESCRIPTION_TAG || tag == b::NO_DATA_TAG,
+            Request::Execute => matches!(
+                tag,
+                b::COMMAND_COMPLETE_TAG | b::EMPTY_QUERY_RESPONSE_TAG | b::PORTAL_SUSPENDED_TAG
+            ),
+            Request::Close => tag == b::CLOSE_COMPLETE_TAG,
+            Request::Sync | Request::Query => tag == b::READY_FOR_QUERY_TAG,
+        }
+    }
+
+    /// Extended-protocol requests: after their error the server skips to Sync.
+    fn is_extended(self) -> bool {
+        !matches!(self, Request::Sync | Request::Query)
+    }
+}
+
+/// One thing the server owes, or an answer of the pooler's waiting for its turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owed {
+    /// Replies to a client message: forwarded.
+    Client(Request),
+    /// The client's Parse of a tracked statement: forwarded; an error (or a skip) drops it.
+    TrackedParse {
+        name: Bytes,
+        server_name: Bytes,
+        id: u64,
+    },
+    /// A Parse the pooler sent (replay): ParseComplete swallowed; an error is forwarded.
+    Replay { server_name: Bytes, id: u64 },
+    /// A Close the pooler sent (eviction or a stale copy): CloseComplete swallowed.
+    InjectedClose,
+    /// The pooler's own answer: sent once every earlier reply has been forwarded.
+    Synthetic(Bytes),
+    /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
+    Internal,
+}
+
+impl Owed {
+    fn request(&self) -> Request {
+        match self {
+            Owed::Client(r) => *r,
+            Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
+            Owed::InjectedClose => Request::Close,
+            Owed::Synthetic(_) => Request::Sync,
+            Owed::Internal => Request::Query,
+        }
+    }
+}
+
+/// What to do with one server message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Step {
+    pub forward: bool,
+    /// The entry this message completed, if any (its side effects are the caller's).
+    pub completed: Option<Owed>,
+    /// The message was a ReadyForQuery.
+    pub ready: bool,
+}
+
+/// The queue itself.
+#[derive(Debug, Default)]
+pub struct Replies {
+    q: VecDeque<Owed>,
+}
+
+impl Replies {
+    pub fn push(&mut self, o: Owed) {
+        self.q.push_back(o);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.q.clear();
+    }
+
+    /// Whether the pooler is running its own query (whose messages are all swallowed).
+    pub fn internal_in_front(&self) -> bool {
+        matches!(self.q.front(), Some(Owed::Internal))
+    }
+
+    /// Pops the pooler's answers that have reached the front.
+    pub fn pop_synthetic(&mut self) -> Option<Bytes> {
+        match self.q.front() {
+            Some(Owed::Synthetic(_)) => match self.q.pop_front() {
+                Some(Owed::Synthetic(m)) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Classifies one server message (other than ErrorResponse) by the entry in front.
+    pub fn on_message(&mut self, tag: u8) -> Step {
+        let ready = tag == b::READY_FOR_QUERY_TAG;
+        if matches!(
+            tag,
+            b::NOTICE_RESPONSE_TAG | b::NOTIFICATION_RESPONSE_TAG | b::PARAMETER_STATUS_TAG
+        ) {
+            // Asynchronous messages belong to no request.
+            return Step {
+                forward: !self.internal_in_front() || tag == b::NOTIFICATION_RESPONSE_TAG,
+                completed: None,
+                ready: false,
+            };
+        }
+        let Some(front) = self.q.front() else {
+            return Step {
+                forward: true,
+                completed: None,
+                ready,
+            };
+        };
+        let forward = !matches!(
+            front,
+            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose
+        );
+        let done = front.request().completed_by(tag);
+        Step {
+            forward,
+            completed: if done { self.q.pop_front() } else { None },
+            ready,
+        }
+    }
+
+    /// Classifies an ErrorResponse. For an extended-protocol request the server now skips to
+    /// Sync, so every entry up to the next Sync is removed and returned in `skipped` (their
+    /// messages were never executed). Internal errors are swallowed; all others forwarded.
+    pub fn on_error(&mut self, skipped: &mut Vec<Owed>) -> Step {
+        let Some(front) = self.q.front() else {
+            return Step {
+                forward: true,
+                completed: None,
+                ready: false,
+            };
+        };
+        if !front.request().is_extended() {
+            // Part of a Query (or Internal) that still ends with ReadyForQuery.
+            return Step {
+                forward: !matches!(front, Owed::Internal),
+                completed: None,
+                ready: false,
+            };
+        }
+        let failed = self.q.pop_front();
+        while let Some(next) = self.q.front() {
+            if matches!(next, Owed::Client(Request::Sync) | Owed::Internal) {
+                break;
+            }
+            if let Some(o) = self.q.pop_front() {
+                skipped.push(o);
+            }
+        }
+        Step {
+            forward: true,
+            completed: failed,
+            ready: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_parse_complete_is_swallowed_then_synthetic_follows() {
+        let mut r = Replies::default();
+        r.push(Owed::Replay {
+            server_name: Bytes::from_static(b"p1_p"),
+            id: 1,
+        });
+        r.push(Owed::Client(Request::Bind));
+        r.push(Owed::Synthetic(Bytes::from_static(b"3\0\0\0\x04")));
+        r.push(Owed::Client(Request::Sync));
+        let s = r.on_message(b'1');
+        assert!(!s.forward && matches!(s.completed, Some(Owed::Replay { .. })));
+        let s = r.on_message(b'2');
+        assert!(s.forward && s.completed == Some(Owed::Client(Request::Bind)));
+        assert!(r.pop_synthetic().is_some());
+        let s = r.on_message(b'Z');
+        assert!(s.forward && s.ready);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn error_in_extended_skips_to_sync() {
+        let mut r = Replies::default();
+        r.push(Owed::Client(Request::Bind));
+        r.push(Owed::TrackedParse {
+            name: Bytes::from_static(b"q"),
+            server_name: Bytes::from_static(b"p1_q"),
+            id: 2,
+        });
+        r.push(Owed::Synthetic(Bytes::from_static(b"x")));
+        r.push(Owed::Client(Request::Sync));
+        let mut skipped = Vec::new();
+        let s = r.on_error(&mut skipped);
+        assert!(s.forward);
+        assert_eq!(s.completed, Some(Owed::Client(Request::Bind)));
+        assert_eq!(skipped.len(), 2);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn error_inside_query_waits_for_ready() {
+        let mut r = Replies::default();
+        r.push(Owed::Client(Request::Query));
+        let mut skipped = Vec::new();
+        let s = r.on_error(&mut skipped);
+        assert!(s.forward && s.completed.is_none());
+        assert!(r.on_message(b'Z').completed.is_some());
+    }
+
+    #[test]
+    fn internal_query_is_swallowed_whole() {
+        let mut r = Replies::default();
+        r.push(Owed::Internal);
+        r.push(Owed::Client(Request::Query));
+        assert!(!r.on_message(b'C').forward);
+        assert!(!r.on_message(b'S').forward);
+        let s = r.on_message(b'Z');
+        assert!(!s.forward && s.ready && s.completed == Some(Owed::Internal));
+        assert!(r.on_message(b'T').forward);
+    }
+}
