@@ -6,6 +6,7 @@ mod error;
 mod io;
 mod replies;
 mod requests;
+mod retry;
 mod session;
 mod startup;
 mod tracking;

@@ -30,9 +30,14 @@ impl Session<'_> {
             };
             let msg = srv.rbuf.split_to(total);
             let tag = msg[0];
-            let mut refuse = false;
             let mut step = if tag == b::ERROR_RESPONSE_TAG {
-                self.replies.on_error(&mut self.skipped)
+                let held = match self.replies.front() {
+                    Some(Owed::TrackedBind { id }) => self.retry.hold(*id, &msg),
+                    _ => false,
+                };
+                let mut step = self.replies.on_error(&mut self.skipped);
+                step.forward &= !held;
+                step
             } else {
                 self.replies.on_message(tag)
             };
@@ -47,16 +52,11 @@ impl Session<'_> {
                 b::READY_FOR_QUERY_TAG => {
                     self.status = b::parse_ready_for_query(&msg[frame::HEADER_LEN..])
                         .map_err(|e| ClientError::ServerLost(e.to_string()))?;
-                    if step.forward && self.mode == PoolMode::Statement && self.status != b::TX_IDLE
-                    {
-                        refuse = true;
-                        step.forward = false;
-                    }
                 }
                 b::ERROR_RESPONSE_TAG if !step.forward => {
-                    tracing::warn!(
+                    tracing::debug!(
                         client = self.id,
-                        "the pooler's own query failed on the server"
+                        "server error held or swallowed by the pooler"
                     );
                 }
                 _ => {}
@@ -68,11 +68,21 @@ impl Session<'_> {
             for o in self.skipped.drain(..) {
                 settle(&mut self.statements, &mut srv.statements, o, true);
             }
+            if step.ready && self.replies.is_empty() && self.settle_retry(self.status) {
+                // The batch is being sent again: this ReadyForQuery is not the client's.
+                step.forward = false;
+                step.ready = false;
+            }
+            let refuse = step.ready
+                && step.forward
+                && self.mode == PoolMode::Statement
+                && self.status != b::TX_IDLE;
+            if refuse {
+                step.forward = false;
+                self.refuse_transaction();
+            }
             if step.forward {
                 self.cout.extend_from_slice(&msg);
-            }
-            if refuse {
-                self.refuse_transaction();
             }
             while let Some(m) = self.replies.pop_synthetic() {
                 self.cout.extend_from_slice(&m);

@@ -75,7 +75,13 @@ impl Session<'_> {
     fn on_request(&mut self, tag: u8, msg: BytesMut) -> Result<(), ClientError> {
         let held = self.server.is_some();
         match tag {
-            f::QUERY_TAG | f::FUNCTION_CALL_TAG => self.forward(&msg, Request::Query),
+            f::QUERY_TAG => {
+                if self.tracking {
+                    self.note_sql(f::query_text(&msg).unwrap_or_default());
+                }
+                self.forward(&msg, Request::Query)
+            }
+            f::FUNCTION_CALL_TAG => self.forward(&msg, Request::Query),
             f::SYNC_TAG if held => self.forward(&msg, Request::Sync),
             f::SYNC_TAG => {
                 // Nothing of this batch reached a server: the pool answers the Sync itself.
@@ -100,5 +106,6 @@ impl Session<'_> {
     pub(super) fn forward(&mut self, msg: &[u8], req: Request) {
         self.sout.extend_from_slice(msg);
         self.replies.push(Owed::Client(req));
+        self.retry.record(msg, req);
     }
 }

@@ -63,6 +63,8 @@ pub struct Session<'a> {
     pub(super) max_message: usize,
     /// Scratch space for replies skipped after an error.
     pub(super) skipped: Vec<Owed>,
+    /// The plan-change retry of the current batch.
+    pub(super) retry: super::retry::PlanRetry,
 }
 
 impl<'a> Session<'a> {
@@ -87,6 +89,7 @@ impl<'a> Session<'a> {
             status: backend::TX_IDLE,
             max_message: cfg.client.max_message_size,
             skipped: Vec::new(),
+            retry: Default::default(),
             shared,
         }
     }

@@ -75,9 +75,24 @@ impl Session<'_> {
         }
     }
 
+    /// SQL that drops every prepared statement (`DEALLOCATE ALL`, `DISCARD ALL`) clears the
+    /// client's statements and the held server's record, in pipeline order: a Parse sent after
+    /// it is kept.
+    pub(super) fn note_sql(&mut self, sql: &[u8]) {
+        if prepared::drops_all_statements(sql) {
+            self.statements.clear();
+            if let Some(srv) = self.server.as_mut() {
+                srv.statements.clear();
+            }
+        }
+    }
+
     fn tracked_parse(&mut self, msg: &BytesMut) -> Result<(), ClientError> {
         let span = f::parse_statement(msg).map_err(malformed)?;
         if span.len == 0 {
+            let mut c = crate::protocol::Cursor::new(&msg[span.start..]);
+            let _ = c.cstr();
+            self.note_sql(c.cstr().unwrap_or_default());
             self.forward(msg, Request::Parse);
             return Ok(());
         }
@@ -98,6 +113,7 @@ impl Session<'_> {
         let kept = self
             .statements
             .insert(name.clone(), server_name.clone(), renamed.freeze());
+        self.retry.disable();
         self.send_parse(
             &kept,
             &name,
@@ -138,13 +154,20 @@ impl Session<'_> {
             };
             self.send_parse(&kept, &name, replay);
         }
+        let start = self.sout.len();
         f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
-        self.replies.push(crate::server::Owed::Client(req));
+        if req == Request::Bind {
+            self.replies.push(Owed::TrackedBind { id: kept.id });
+            self.retry.start(&kept, &self.sout[start..]);
+        } else {
+            self.replies.push(Owed::Client(req));
+            self.retry.disable();
+        }
     }
 
     /// Sends a kept Parse to the held server: closes a stale copy of the same name and the
     /// least recently used statements beyond the bound first (their replies swallowed).
-    fn send_parse(&mut self, kept: &Kept, client_name: &[u8], owed: Owed) {
+    pub(super) fn send_parse(&mut self, kept: &Kept, client_name: &[u8], owed: Owed) {
         let srv = self
             .server
             .as_mut()

@@ -188,3 +188,35 @@ mod tests {
         assert!(c.is_empty());
     }
 }
+
+/// Whether SQL text drops every prepared statement of the session (`DEALLOCATE [PREPARE] ALL`
+/// or `DISCARD ALL`), in any of its `;`-separated statements.
+pub fn drops_all_statements(sql: &[u8]) -> bool {
+    sql.split(|&b| b == b';').any(|stmt| {
+        let words: Vec<&[u8]> = stmt
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let is = |w: &[u8], s: &str| w.eq_ignore_ascii_case(s.as_bytes());
+        match words.as_slice() {
+            [a, b] => (is(a, "deallocate") || is(a, "discard")) && is(b, "all"),
+            [a, p, b] => is(a, "deallocate") && is(p, "prepare") && is(b, "all"),
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod sql_tests {
+    use super::drops_all_statements;
+
+    #[test]
+    fn recognises_deallocate_and_discard_all() {
+        assert!(drops_all_statements(b"DEALLOCATE ALL"));
+        assert!(drops_all_statements(b"  deallocate prepare all ;"));
+        assert!(drops_all_statements(b"select 1; DISCARD ALL"));
+        assert!(!drops_all_statements(b"DEALLOCATE p"));
+        assert!(!drops_all_statements(b"select 'discard all'x"));
+        assert!(!drops_all_statements(b"DISCARD PLANS"));
+    }
+}

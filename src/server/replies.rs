@@ -53,6 +53,9 @@ pub enum Owed {
         server_name: Bytes,
         id: u64,
     },
+    /// The client's Bind of a tracked statement: forwarded, unless the plan-change retry
+    /// holds its error back.
+    TrackedBind { id: u64 },
     /// A Parse the pooler sent (replay): ParseComplete swallowed; an error is forwarded.
     Replay { server_name: Bytes, id: u64 },
     /// A Close the pooler sent (eviction or a stale copy): CloseComplete swallowed.
@@ -69,6 +72,7 @@ impl Owed {
             Owed::Client(r) => *r,
             Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
             Owed::InjectedClose => Request::Close,
+            Owed::TrackedBind { .. } => Request::Bind,
             Owed::Synthetic(_) => Request::Sync,
             Owed::Internal => Request::Query,
         }
@@ -98,6 +102,10 @@ impl Replies {
 
     pub fn is_empty(&self) -> bool {
         self.q.is_empty()
+    }
+
+    pub fn front(&self) -> Option<&Owed> {
+        self.q.front()
     }
 
     pub fn len(&self) -> usize {
