@@ -399,3 +399,17 @@ mod tests {
         assert_eq!(cfg.client.login_timeout, Duration::from_millis(250));
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// The documented example holds every setting at its default.
+    #[test]
+    fn documented_example_is_the_defaults() {
+        let text = include_str!("../../docs/droid-pool.example.yaml");
+        let cfg = Config::from_yaml(text, "example".as_ref()).unwrap();
+        assert_eq!(cfg, Config::default());
+        cfg.validate().unwrap();
+    }
+}
