@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = Config::load(&cli).context("loading configuration")?;
     init_tracing(config.log.format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;

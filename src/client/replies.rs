@@ -31,15 +31,15 @@ impl Session<'_> {
             let msg = srv.rbuf.split_to(total);
             let tag = msg[0];
             let mut step = if tag == b::ERROR_RESPONSE_TAG {
-                let held = match self.replies.front() {
+                let held = match srv.replies.front() {
                     Some(Owed::TrackedBind { id }) => self.retry.hold(*id, &msg),
                     _ => false,
                 };
-                let mut step = self.replies.on_error(&mut self.skipped);
+                let mut step = srv.replies.on_error(&mut self.skipped);
                 step.forward &= !held;
                 step
             } else {
-                self.replies.on_message(tag)
+                srv.replies.on_message(tag)
             };
             match tag {
                 b::PARAMETER_STATUS_TAG => {
@@ -68,7 +68,8 @@ impl Session<'_> {
             for o in self.skipped.drain(..) {
                 settle(&mut self.statements, &mut srv.statements, o, true);
             }
-            if step.ready && self.replies.is_empty() && self.settle_retry(self.status) {
+            let drained = srv.replies.is_empty();
+            if step.ready && drained && self.settle_retry(self.status) {
                 // The batch is being sent again: this ReadyForQuery is not the client's.
                 step.forward = false;
                 step.ready = false;
@@ -84,10 +85,14 @@ impl Session<'_> {
             if step.forward {
                 self.cout.extend_from_slice(&msg);
             }
-            while let Some(m) = self.replies.pop_synthetic() {
+            let srv = self
+                .server
+                .as_mut()
+                .expect("on_server runs only while a server is held");
+            while let Some(m) = srv.replies.pop_synthetic() {
                 self.cout.extend_from_slice(&m);
             }
-            ready = step.ready && self.replies.is_empty();
+            ready = step.ready && srv.replies.is_empty();
         }
         self.flush_server().await?;
         if ready && self.status == b::TX_IDLE && self.mode != PoolMode::Session {
@@ -103,7 +108,7 @@ impl Session<'_> {
     /// Statement mode: a statement left a transaction open. Roll it back and tell the client.
     fn refuse_transaction(&mut self) {
         frontend::query(&mut self.sout, "ROLLBACK");
-        self.replies.push(Owed::Internal);
+        self.owe(Owed::Internal);
         let mut m = BytesMut::new();
         b::error_response(
             &mut m,
@@ -113,7 +118,7 @@ impl Session<'_> {
             ),
         );
         b::ready_for_query(&mut m, b::TX_IDLE);
-        self.replies.push(Owed::Synthetic(Bytes::from(m)));
+        self.owe(Owed::Synthetic(Bytes::from(m)));
     }
 }
 

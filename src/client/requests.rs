@@ -38,7 +38,8 @@ impl Session<'_> {
                 self.skipping = false;
             }
             if self.server.is_none() && self.needs_server(tag, &self.cbuf[..total])? {
-                if let Err(e) = self.acquire().await {
+                // Boxed: the checkout future is large and only lives while waiting for a server.
+                if let Err(e) = Box::pin(self.acquire()).await {
                     match e {
                         ClientError::Pool(pe) => {
                             self.cbuf.advance(total);
@@ -105,7 +106,7 @@ impl Session<'_> {
 
     pub(super) fn forward(&mut self, msg: &[u8], req: Request) {
         self.sout.extend_from_slice(msg);
-        self.replies.push(Owed::Client(req));
+        self.owe(Owed::Client(req));
         self.retry.record(msg, req);
     }
 }

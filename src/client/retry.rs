@@ -122,7 +122,7 @@ impl Session<'_> {
             "statement plan changed after DDL: re-preparing and retrying once"
         );
         f::close_statement(&mut self.sout, &kept.server_name);
-        self.replies.push(Owed::InjectedClose);
+        srv.replies.push(Owed::InjectedClose);
         srv.statements.remove(&kept.server_name);
         let client_name = client_name(&kept.server_name, self.id);
         let replay = Owed::Replay {
@@ -145,7 +145,7 @@ impl Session<'_> {
                 }
             };
             self.sout.extend_from_slice(&m.bytes);
-            self.replies.push(owed);
+            self.owe(owed);
         }
     }
 }

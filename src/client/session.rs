@@ -13,11 +13,11 @@ use super::error::ClientError;
 use super::io::{read_some, release_if_empty, SHRINK_ABOVE};
 use super::startup::Login;
 use crate::config::PoolMode;
-use crate::params::Params;
+use crate::params::ClientParams;
 use crate::pool::{Pool, PoolError};
 use crate::prepared::ClientStatements;
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::server::{Owed, Replies, ServerConn};
+use crate::server::{Owed, Server};
 use crate::shared::Shared;
 
 /// While waiting for a server, keep reading the client (to notice it leaving) up to this much.
@@ -32,8 +32,6 @@ pub(super) enum Flow {
 enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
-    IdleTimeout,
-    Shutdown,
 }
 
 pub struct Session<'a> {
@@ -42,7 +40,7 @@ pub struct Session<'a> {
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     /// The session settings this client expects (what it was told, plus its own SETs).
-    pub(super) params: Params,
+    pub(super) params: ClientParams,
     pub(super) cancel: Arc<CancelSlot>,
     /// Bytes from the client not yet handled.
     pub(super) cbuf: BytesMut,
@@ -50,8 +48,7 @@ pub struct Session<'a> {
     pub(super) cout: BytesMut,
     /// Bytes for the server, written at the end of each round.
     pub(super) sout: BytesMut,
-    pub(super) server: Option<ServerConn>,
-    pub(super) replies: Replies,
+    pub(super) server: Option<Server>,
     pub(super) statements: ClientStatements,
     pub(super) mode: PoolMode,
     pub(super) tracking: bool,
@@ -76,11 +73,14 @@ impl<'a> Session<'a> {
             pool: login.pool,
             params: login.params,
             cancel: login.cancel,
-            cbuf: login.leftover,
+            cbuf: if login.leftover.is_empty() {
+                BytesMut::new()
+            } else {
+                login.leftover
+            },
             cout: BytesMut::new(),
             sout: BytesMut::new(),
             server: None,
-            replies: Replies::default(),
             statements: ClientStatements::default(),
             mode: cfg.pool.mode,
             tracking: cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session,
@@ -95,7 +95,7 @@ impl<'a> Session<'a> {
     }
 
     /// Runs the session to its end and returns or discards the server it holds.
-    pub async fn run(mut self) -> Result<(), ClientError> {
+    pub async fn run(&mut self) -> Result<(), ClientError> {
         let res = self.relay().await;
         let server_ok = !matches!(res, Err(ClientError::ServerLost(_)));
         if res.is_err() {
@@ -106,18 +106,56 @@ impl<'a> Session<'a> {
         res
     }
 
+    /// Alternates between a small idle wait and boxed rounds of work, so an idle client
+    /// carries no buffers and no large future.
     async fn relay(&mut self) -> Result<(), ClientError> {
-        if !self.cbuf.is_empty() && self.on_client().await? == Flow::Quit {
+        if !self.cbuf.is_empty() && Box::pin(self.on_client()).await? == Flow::Quit {
             return Ok(());
         }
         loop {
+            if self.server.is_none() && self.cbuf.is_empty() {
+                self.wait_idle().await?;
+            }
+            if Box::pin(self.round()).await? == Flow::Quit {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits for the idle client to send something, its idle timeout, or shutdown.
+    async fn wait_idle(&mut self) -> Result<(), ClientError> {
+        let idle = self.shared.config.client.idle_timeout;
+        if !idle.is_zero() {
+            // Boxed: a timer is only carried by clients that have an idle timeout.
+            return match Box::pin(tokio::time::timeout(idle, self.wait_readable())).await {
+                Ok(r) => r,
+                Err(_) => Err(ClientError::Fatal {
+                    code: sqlstate::PROTOCOL_VIOLATION,
+                    message: "client_idle_timeout".into(),
+                }),
+            };
+        }
+        self.wait_readable().await
+    }
+
+    async fn wait_readable(&self) -> Result<(), ClientError> {
+        tokio::select! {
+            r = self.client.readable() => Ok(r?),
+            _ = self.shared.shutdown.cancelled() => Err(ClientError::Fatal {
+                code: sqlstate::ADMIN_SHUTDOWN,
+                message: "droid-pool is shutting down".into(),
+            }),
+        }
+    }
+
+    /// Relays client and server traffic until the client holds no server and has nothing
+    /// buffered (or leaves).
+    async fn round(&mut self) -> Result<Flow, ClientError> {
+        loop {
             match self.next_event().await {
                 Event::Client(r) => {
-                    if r? == 0 {
-                        return Ok(());
-                    }
-                    if self.on_client().await? == Flow::Quit {
-                        return Ok(());
+                    if r? == 0 || self.on_client().await? == Flow::Quit {
+                        return Ok(Flow::Quit);
                     }
                 }
                 Event::Server(r) => match r {
@@ -129,18 +167,9 @@ impl<'a> Session<'a> {
                     Err(e) => return Err(ClientError::ServerLost(e.to_string())),
                     Ok(_) => self.on_server().await?,
                 },
-                Event::IdleTimeout => {
-                    return Err(ClientError::Fatal {
-                        code: sqlstate::PROTOCOL_VIOLATION,
-                        message: "client_idle_timeout".into(),
-                    })
-                }
-                Event::Shutdown => {
-                    return Err(ClientError::Fatal {
-                        code: sqlstate::ADMIN_SHUTDOWN,
-                        message: "droid-pool is shutting down".into(),
-                    })
-                }
+            }
+            if self.server.is_none() && self.cbuf.is_empty() {
+                return Ok(Flow::Continue);
             }
         }
     }
@@ -156,21 +185,7 @@ impl<'a> Session<'a> {
                     r = srv.stream.read_buf(&mut srv.rbuf) => Event::Server(r),
                 }
             }
-            None => {
-                let idle = self.shared.config.client.idle_timeout;
-                let sleep = async {
-                    if idle.is_zero() {
-                        std::future::pending::<()>().await
-                    } else {
-                        tokio::time::sleep(idle).await
-                    }
-                };
-                tokio::select! {
-                    r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
-                    _ = sleep => Event::IdleTimeout,
-                    _ = self.shared.shutdown.cancelled() => Event::Shutdown,
-                }
-            }
+            None => Event::Client(read_some(self.client, &mut self.cbuf).await),
         }
     }
 
@@ -192,9 +207,9 @@ impl<'a> Session<'a> {
         };
         self.shared.events.client_uses_server(self.id, conn.id);
         self.cancel.set(conn.addr, conn.key);
-        if let Some(sql) = Params::sync_sql(&self.params, &conn.params) {
+        if let Some(sql) = self.params.sync_sql(&conn.params) {
             frontend::query(&mut self.sout, &sql);
-            self.replies.push(Owed::Internal);
+            conn.replies.push(Owed::Internal);
             for (k, v) in self.params.iter() {
                 conn.params.set(k, v);
             }
@@ -234,11 +249,19 @@ impl<'a> Session<'a> {
 
     /// An answer of the pooler's own, kept in its place after what the server still owes.
     pub(super) fn answer(&mut self, msg: Bytes) {
-        if self.server.is_some() && !self.replies.is_empty() {
-            self.replies.push(Owed::Synthetic(msg));
-        } else {
-            self.cout.extend_from_slice(&msg);
+        match self.server.as_mut() {
+            Some(srv) if !srv.replies.is_empty() => srv.replies.push(Owed::Synthetic(msg)),
+            _ => self.cout.extend_from_slice(&msg),
         }
+    }
+
+    /// Queues what the held server will owe for a message just written to it.
+    pub(super) fn owe(&mut self, o: Owed) {
+        self.server
+            .as_mut()
+            .expect("messages are only written to a held server")
+            .replies
+            .push(o);
     }
 
     /// An ERROR answered by the pooler, after which the client's messages are skipped to Sync.
@@ -295,7 +318,7 @@ impl<'a> Session<'a> {
         self.shared.events.client_released_server(self.id, conn.id);
         self.cancel.clear();
         let clean = server_ok
-            && self.replies.is_empty()
+            && conn.replies.is_empty()
             && self.status == backend::TX_IDLE
             && conn.rbuf.is_empty();
         let reset = &self.shared.config.pool.reset_query;
@@ -310,7 +333,7 @@ impl<'a> Session<'a> {
 }
 
 /// Runs the reset query on a server whose session-mode client left, then returns it.
-async fn reset_and_checkin(pool: Pool, mut conn: ServerConn, sql: String) {
+async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     let run = async {
         let mut b = BytesMut::new();
         frontend::query(&mut b, &sql);

@@ -12,8 +12,8 @@ use tokio::net::TcpStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
-use super::io::read_some;
-use crate::params::Params;
+use super::io::read_chunk;
+use crate::params::{ClientParams, Params};
 use crate::pool::{Pool, PoolKey};
 use crate::protocol::startup::{self, StartupError, StartupLimits, StartupPacket};
 use crate::protocol::{backend, sqlstate};
@@ -24,7 +24,7 @@ pub struct Login {
     pub id: u64,
     pub pid: i32,
     pub pool: Pool,
-    pub params: Params,
+    pub params: ClientParams,
     pub cancel: Arc<CancelSlot>,
     /// Bytes the client sent after its startup packet.
     pub leftover: BytesMut,
@@ -64,12 +64,12 @@ async fn login_inner(
         max_len: cfg.max_startup_packet,
         max_params: cfg.max_startup_params,
     };
-    let mut buf = BytesMut::with_capacity(512);
+    let mut buf = BytesMut::new();
     let mut negotiations = 0;
     let startup = loop {
         match startup::cut(&mut buf, limits).map_err(startup_error)? {
             None => {
-                if read_some(stream, &mut buf).await? == 0 {
+                if read_chunk(stream, &mut buf, 1024).await? == 0 {
                     return Ok(Outcome::Done);
                 }
             }
@@ -128,7 +128,7 @@ async fn login_inner(
     let pool = shared.pools.get(&key);
     let server_params = pool.startup_params().await?;
     let requested = requested_params(&startup);
-    let mut params = (*server_params).clone();
+    let mut params = ClientParams::new(server_params.clone());
     for (k, v) in requested.iter() {
         params.set(k, v);
     }

@@ -157,10 +157,10 @@ impl Session<'_> {
         let start = self.sout.len();
         f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
         if req == Request::Bind {
-            self.replies.push(Owed::TrackedBind { id: kept.id });
+            self.owe(Owed::TrackedBind { id: kept.id });
             self.retry.start(&kept, &self.sout[start..]);
         } else {
-            self.replies.push(Owed::Client(req));
+            self.owe(Owed::Client(req));
             self.retry.disable();
         }
     }
@@ -174,7 +174,7 @@ impl Session<'_> {
             .expect("a tracked Parse is sent only while a server is held");
         if srv.statements.presence(&kept.server_name, kept.id) == Presence::Stale {
             f::close_statement(&mut self.sout, &kept.server_name);
-            self.replies.push(Owed::InjectedClose);
+            srv.replies.push(Owed::InjectedClose);
             srv.statements.remove(&kept.server_name);
         }
         while srv.statements.len() >= self.max_prepared {
@@ -182,11 +182,11 @@ impl Session<'_> {
                 break;
             };
             f::close_statement(&mut self.sout, &victim);
-            self.replies.push(Owed::InjectedClose);
+            srv.replies.push(Owed::InjectedClose);
             srv.statements.remove(&victim);
         }
         self.sout.extend_from_slice(&kept.parse);
-        self.replies.push(owed);
+        srv.replies.push(owed);
         srv.statements.add(kept.server_name.clone(), kept.id);
         self.shared
             .events

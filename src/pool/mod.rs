@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::events::Events;
 use crate::params::Params;
 use crate::protocol::sqlstate;
-use crate::server::{self, ServerConn, ServerError, ServerTarget};
+use crate::server::{self, Server, ServerConn, ServerError, ServerTarget};
 use crate::shared::Counters;
 
 #[derive(Debug, Error, Clone)]
@@ -91,11 +91,11 @@ impl PoolSettings {
     }
 }
 
-type Waiter = oneshot::Sender<Result<ServerConn, PoolError>>;
+type Waiter = oneshot::Sender<Result<Server, PoolError>>;
 
 #[derive(Default)]
 struct PoolState {
-    idle: VecDeque<ServerConn>,
+    idle: VecDeque<Server>,
     waiters: VecDeque<Waiter>,
     /// Logins in flight.
     connecting: usize,
@@ -176,7 +176,7 @@ impl Pool {
     }
 
     /// Takes an idle server, or waits (bounded in count and time) for one.
-    pub async fn checkout(&self) -> Result<ServerConn, PoolError> {
+    pub async fn checkout(&self) -> Result<Server, PoolError> {
         let rx = {
             let mut st = self.lock();
             let now = Instant::now();
@@ -218,7 +218,7 @@ impl Pool {
         res.unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
     }
 
-    fn pop_idle(&self, st: &mut PoolState) -> Option<ServerConn> {
+    fn pop_idle(&self, st: &mut PoolState) -> Option<Server> {
         if self.inner.settings.round_robin {
             st.idle.pop_front()
         } else {
@@ -227,7 +227,7 @@ impl Pool {
     }
 
     /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
-    pub fn checkin(&self, mut conn: ServerConn) {
+    pub fn checkin(&self, mut conn: Server) {
         let now = Instant::now();
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() {
             self.close(conn);
@@ -251,7 +251,7 @@ impl Pool {
     }
 
     /// Closes a server that must not be reused (broken, mid-transaction, expired).
-    pub fn discard(&self, conn: ServerConn) {
+    pub fn discard(&self, conn: Server) {
         self.close(conn);
         self.lock_and_spawn();
     }
@@ -261,7 +261,7 @@ impl Pool {
         self.spawn_connects(&mut st);
     }
 
-    fn close(&self, conn: ServerConn) {
+    fn close(&self, conn: Server) {
         self.inner.events.server_closed(conn.id);
         tokio::spawn(terminate(conn));
     }
@@ -314,7 +314,7 @@ impl Pool {
                         st.startup_params = Some(Arc::new(conn.params.clone()));
                     }
                 }
-                self.checkin(conn);
+                self.checkin(Box::new(conn));
             }
             Err(e) => {
                 drop(permit);
@@ -355,7 +355,7 @@ impl Pool {
 }
 
 /// Says goodbye to a server politely; it is closed either way when dropped.
-async fn terminate(mut conn: ServerConn) {
+async fn terminate(mut conn: Server) {
     use tokio::io::AsyncWriteExt;
     let mut b = bytes::BytesMut::new();
     crate::protocol::frontend::terminate(&mut b);

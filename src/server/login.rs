@@ -57,6 +57,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         last_used: Instant::now(),
         expires: None,
         statements: ServerStatements::default(),
+        replies: Default::default(),
         permit: None,
     };
     let mut out = BytesMut::new();

@@ -81,6 +81,10 @@ impl ServerError {
     }
 }
 
+/// A server connection as pools and sessions hold it: boxed, so a session that holds none
+/// stays small.
+pub type Server = Box<ServerConn>;
+
 /// A logged-in server connection.
 #[derive(Debug)]
 pub struct ServerConn {
@@ -100,6 +104,8 @@ pub struct ServerConn {
     pub expires: Option<Instant>,
     /// Prepared statements this connection holds for tracked clients.
     pub statements: ServerStatements,
+    /// What this connection still owes, in request order.
+    pub replies: Replies,
     /// A slot of the pool's capacity, freed whenever this connection is dropped.
     pub permit: Option<OwnedSemaphorePermit>,
 }
