@@ -97,38 +97,71 @@ impl ClientParams {
         )
     }
 
-    /// `SET` statements that give `server` this client's values where they differ, or `None`
-    /// when they already agree. Values are quoted as E'' literals, which treat `\` and `'` the
-    /// same whatever `standard_conforming_strings` says.
-    pub fn sync_sql(&self, server: &Params) -> Option<String> {
+    /// The SQL that gives a server this client's settings where they differ, or `None` when
+    /// they already agree. `server` is what the server reports (ParameterStatus); `applied` is
+    /// what an earlier sync set that the server does not report, which is `RESET` when this
+    /// client does not want it. Values go through `set_config`, so `options=-c
+    /// search_path=a,b` means what it means at login; literals are E'' strings, which treat
+    /// backslash and quote the same whatever `standard_conforming_strings` says.
+    pub fn sync_sql(&self, server: &Params, applied: &Params) -> Option<String> {
         let mut sql = String::new();
+        for (name, _) in applied.iter() {
+            if self.get(name).is_none() && valid_name(name) {
+                sql.push_str("RESET ");
+                sql.push_str(name);
+                sql.push(';');
+            }
+        }
+        let mut first = true;
         for (name, want) in self.iter() {
-            if server.get(name) == Some(want) {
-                continue;
-            }
-            if NOT_SETTABLE.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-                continue;
-            }
-            if !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            let have = server.get(name).or_else(|| applied.get(name));
+            if have == Some(want)
+                || NOT_SETTABLE.iter().any(|n| n.eq_ignore_ascii_case(name))
+                || !valid_name(name)
             {
                 continue;
             }
-            sql.push_str("SET ");
-            sql.push_str(name);
-            sql.push_str(" TO E'");
-            for ch in want.chars() {
-                match ch {
-                    '\'' => sql.push_str("''"),
-                    '\\' => sql.push_str("\\\\"),
-                    c => sql.push(c),
-                }
-            }
-            sql.push_str("';");
+            sql.push_str(if first { "SELECT " } else { ", " });
+            first = false;
+            sql.push_str("pg_catalog.set_config(");
+            push_literal(&mut sql, name);
+            sql.push_str(", ");
+            push_literal(&mut sql, want);
+            sql.push_str(", false)");
         }
         (!sql.is_empty()).then_some(sql)
     }
+
+    /// The settings of this client that `reported` does not cover: what a sync leaves on a
+    /// server without the server reporting it.
+    pub fn unreported(&self, reported: &Params) -> Params {
+        let mut p = Params::default();
+        for (k, v) in self.iter() {
+            if reported.get(k).is_none() {
+                p.set(k, v);
+            }
+        }
+        p
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+}
+
+fn push_literal(sql: &mut String, s: &str) {
+    sql.push_str("E'");
+    for ch in s.chars() {
+        match ch {
+            '\'' => sql.push_str("''"),
+            '\\' => sql.push_str("\\\\"),
+            c => sql.push(c),
+        }
+    }
+    sql.push('\'');
 }
 
 #[cfg(test)]
@@ -144,14 +177,26 @@ mod tests {
         let mut s = Params::default();
         s.set("timezone", "UTC");
         s.set("application_name", "it's\\x");
-        assert_eq!(c.sync_sql(&s).unwrap(), "SET TimeZone TO E'Asia/Tokyo';");
+        let none = Params::default();
+        assert_eq!(
+            c.sync_sql(&s, &none).unwrap(),
+            "SELECT pg_catalog.set_config(E'TimeZone', E'Asia/Tokyo', false)"
+        );
         s.set("TimeZone", "Asia/Tokyo");
-        assert_eq!(c.sync_sql(&s), None);
+        assert_eq!(c.sync_sql(&s, &none), None);
         c.set("application_name", "a'b\\");
         assert_eq!(
-            c.sync_sql(&s).unwrap(),
-            "SET application_name TO E'a''b\\\\';"
+            c.sync_sql(&s, &none).unwrap(),
+            "SELECT pg_catalog.set_config(E'application_name', E'a''b\\\\', false)"
         );
+        // A setting the server does not report, applied for another client, is reset.
+        let mut applied = Params::default();
+        applied.set("work_mem", "7MB");
+        c.set("application_name", "it's\\x");
+        assert_eq!(c.sync_sql(&s, &applied).unwrap(), "RESET work_mem;");
+        c.set("work_mem", "7MB");
+        assert_eq!(c.sync_sql(&s, &applied), None);
+        assert_eq!(c.unreported(&s).get("work_mem"), Some("7MB"));
     }
 }
 
@@ -171,9 +216,10 @@ mod client_tests {
         c.set("TimeZone", "Asia/Tokyo");
         assert_eq!(c.get("timezone"), Some("Asia/Tokyo"));
         assert_eq!(c.iter().count(), 2);
-        assert_eq!(c.sync_sql(&base).unwrap(), "SET TimeZone TO E'Asia/Tokyo';");
+        let none = Params::default();
+        assert!(c.sync_sql(&base, &none).unwrap().contains("E'Asia/Tokyo'"));
         c.set("TimeZone", "UTC");
         assert!(c.overrides.is_empty());
-        assert_eq!(c.sync_sql(&base), None);
+        assert_eq!(c.sync_sql(&base, &none), None);
     }
 }

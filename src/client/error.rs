@@ -16,6 +16,10 @@ pub enum ClientError {
     Pool(#[from] PoolError),
     #[error("server connection lost: {0}")]
     ServerLost(String),
+    /// The server refused something on the client's behalf (a startup setting): the client
+    /// gets the server's own error, as a direct connection would.
+    #[error("{}", .0.message)]
+    Rejected(ErrorFields),
     #[error("{message}")]
     Fatal { code: &'static str, message: String },
     /// The client went away; nothing to tell it.
@@ -41,6 +45,7 @@ impl ClientError {
                 None,
             ),
             ClientError::Fatal { code, message } => ((*code).to_owned(), message.clone(), None),
+            ClientError::Rejected(f) => (f.code.clone(), f.message.clone(), f.detail.clone()),
         };
         Some(ErrorFields {
             severity: "FATAL".into(),

@@ -9,6 +9,7 @@ mod requests;
 mod retry;
 mod session;
 mod startup;
+mod sync;
 mod tracking;
 
 pub use error::ClientError;

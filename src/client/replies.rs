@@ -16,16 +16,42 @@ use crate::server::Owed;
 const SERVER_MAX_MESSAGE: usize = 1 << 30;
 
 impl Session<'_> {
+    /// Handles what the server sent, then writes, releases and answers.
     pub(super) async fn on_server(&mut self) -> Result<(), ClientError> {
-        let mut ready = false;
+        self.drain_server()?;
+        self.finish_round().await
+    }
+
+    /// The end of every round: queued bytes to the server (reading it meanwhile), the server
+    /// back to the pool at the mode's boundary, queued bytes to the client.
+    pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
+        self.flush_server().await?;
+        self.maybe_release();
+        self.flush_client().await?;
+        if self.server.is_none() {
+            self.shrink_idle();
+        }
+        Ok(())
+    }
+
+    fn maybe_release(&mut self) {
+        let idle = self.server.as_ref().is_some_and(|s| s.replies.is_empty());
+        if self.release_due && idle && self.status == b::TX_IDLE && self.mode != PoolMode::Session {
+            self.release();
+        }
+    }
+
+    /// Handles every whole message buffered from the server (no I/O): forwarded messages and
+    /// the pooler's own answers go to the client buffer in order.
+    pub(super) fn drain_server(&mut self) -> Result<(), ClientError> {
         loop {
             let srv = self
                 .server
                 .as_mut()
-                .expect("on_server runs only while a server is held");
+                .expect("server messages are handled only while a server is held");
             let total = match frame::complete_len(&srv.rbuf, SERVER_MAX_MESSAGE) {
                 Ok(Some(t)) => t,
-                Ok(None) => break,
+                Ok(None) => return Ok(()),
                 Err(e) => return Err(ClientError::ServerLost(e.to_string())),
             };
             let msg = srv.rbuf.split_to(total);
@@ -46,18 +72,12 @@ impl Session<'_> {
                     let (k, v) = b::parse_parameter_status(&msg[frame::HEADER_LEN..])
                         .map_err(|e| ClientError::ServerLost(e.to_string()))?;
                     srv.params.set(k, v);
-                    // The client now has this value: by its own SET, or by our sync.
+                    // The client changed it (SET): it is the client's value now.
                     self.params.set(k, v);
                 }
                 b::READY_FOR_QUERY_TAG => {
                     self.status = b::parse_ready_for_query(&msg[frame::HEADER_LEN..])
                         .map_err(|e| ClientError::ServerLost(e.to_string()))?;
-                }
-                b::ERROR_RESPONSE_TAG if !step.forward => {
-                    tracing::debug!(
-                        client = self.id,
-                        "server error held or swallowed by the pooler"
-                    );
                 }
                 _ => {}
             }
@@ -74,11 +94,11 @@ impl Session<'_> {
                 step.forward = false;
                 step.ready = false;
             }
-            let refuse = step.ready
+            if step.ready
                 && step.forward
                 && self.mode == PoolMode::Statement
-                && self.status != b::TX_IDLE;
-            if refuse {
+                && self.status != b::TX_IDLE
+            {
                 step.forward = false;
                 self.refuse_transaction();
             }
@@ -88,21 +108,14 @@ impl Session<'_> {
             let srv = self
                 .server
                 .as_mut()
-                .expect("on_server runs only while a server is held");
+                .expect("server messages are handled only while a server is held");
             while let Some(m) = srv.replies.pop_synthetic() {
                 self.cout.extend_from_slice(&m);
             }
-            ready = step.ready && srv.replies.is_empty();
+            if step.ready && srv.replies.is_empty() {
+                self.release_due = true;
+            }
         }
-        self.flush_server().await?;
-        if ready && self.status == b::TX_IDLE && self.mode != PoolMode::Session {
-            self.release();
-        }
-        self.flush_client().await?;
-        if self.server.is_none() {
-            self.shrink_idle();
-        }
-        Ok(())
     }
 
     /// Statement mode: a statement left a transaction open. Roll it back and tell the client.
@@ -119,6 +132,8 @@ impl Session<'_> {
         );
         b::ready_for_query(&mut m, b::TX_IDLE);
         self.owe(Owed::Synthetic(Bytes::from(m)));
+        // The rest of the block, already sent by the client, must not run outside it.
+        self.refused_bytes = self.cbuf.len();
     }
 }
 

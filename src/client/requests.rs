@@ -5,9 +5,12 @@ use bytes::{Buf, BytesMut};
 
 use super::error::ClientError;
 use super::session::{Flow, Session};
+use crate::config::PoolMode;
 use crate::protocol::frontend as f;
 use crate::protocol::{backend, frame};
 use crate::server::{Owed, Request};
+
+const IN_FAILED_TRANSACTION: &str = "25P02";
 
 impl Session<'_> {
     /// Handles every whole message buffered from the client, then writes what it produced.
@@ -29,6 +32,19 @@ impl Session<'_> {
                     "invalid frontend message type {}",
                     tag
                 )));
+            }
+            if self.mode == PoolMode::Statement
+                && self.server.as_ref().is_some_and(|s| s.replies.owes_ready())
+            {
+                // Statement mode runs one statement at a time: the next waits for this one's
+                // ReadyForQuery (and the server's release).
+                break;
+            }
+            if self.refused_bytes > 0 {
+                self.refused_bytes = self.refused_bytes.saturating_sub(total);
+                self.cbuf.advance(total);
+                self.answer_refused(tag);
+                continue;
             }
             if self.skipping {
                 if tag != f::SYNC_TAG {
@@ -53,12 +69,28 @@ impl Session<'_> {
             let msg = self.cbuf.split_to(total);
             self.on_request(tag, msg)?;
         }
-        self.flush_server().await?;
-        self.flush_client().await?;
-        if self.server.is_none() {
-            self.shrink_idle();
-        }
+        self.finish_round().await?;
         Ok(Flow::Continue)
+    }
+
+    /// A message of a transaction block that statement mode refused: not run, answered as a
+    /// server answers inside a failed block.
+    fn answer_refused(&mut self, tag: u8) {
+        let message = "current transaction is aborted, commands ignored until end of \
+                       transaction block (transaction blocks are not allowed in statement pooling mode)";
+        match tag {
+            f::QUERY_TAG | f::FUNCTION_CALL_TAG => {
+                let fields = super::error::error_fields(IN_FAILED_TRANSACTION, message.into());
+                backend::error_response(&mut self.cout, &fields);
+                backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
+            }
+            f::SYNC_TAG => {
+                self.skipping = false;
+                backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
+            }
+            _ if !self.skipping => self.pooler_error(IN_FAILED_TRANSACTION, message.into()),
+            _ => {}
+        }
     }
 
     /// Whether this message has to reach a server (so one must be taken first).

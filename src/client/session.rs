@@ -29,6 +29,11 @@ pub(super) enum Flow {
     Quit,
 }
 
+enum Progress {
+    Wrote(std::io::Result<usize>),
+    Read(std::io::Result<usize>),
+}
+
 enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
@@ -62,6 +67,11 @@ pub struct Session<'a> {
     pub(super) skipped: Vec<Owed>,
     /// The plan-change retry of the current batch.
     pub(super) retry: super::retry::PlanRetry,
+    /// The held server answered everything it owed with ReadyForQuery: it may go back.
+    pub(super) release_due: bool,
+    /// Statement mode refused a transaction block: client bytes received before the refusal
+    /// (the rest of that block) are answered with 25P02 instead of being run.
+    pub(super) refused_bytes: usize,
 }
 
 impl<'a> Session<'a> {
@@ -90,6 +100,8 @@ impl<'a> Session<'a> {
             max_message: cfg.client.max_message_size,
             skipped: Vec::new(),
             retry: Default::default(),
+            release_due: false,
+            refused_bytes: 0,
             shared,
         }
     }
@@ -165,7 +177,13 @@ impl<'a> Session<'a> {
                         ))
                     }
                     Err(e) => return Err(ClientError::ServerLost(e.to_string())),
-                    Ok(_) => self.on_server().await?,
+                    Ok(_) => {
+                        self.on_server().await?;
+                        // Statement mode may have held client messages back until now.
+                        if self.has_whole_message() && self.on_client().await? == Flow::Quit {
+                            return Ok(Flow::Quit);
+                        }
+                    }
                 },
             }
             if self.server.is_none() && self.cbuf.is_empty() {
@@ -205,16 +223,17 @@ impl<'a> Session<'a> {
                 }
             }
         };
+        if let Err(e) = self.sync_settings(&mut conn).await {
+            match e {
+                ClientError::Rejected(_) => self.pool.checkin(conn),
+                _ => self.pool.discard(conn),
+            }
+            return Err(e);
+        }
         self.shared.events.client_uses_server(self.id, conn.id);
         self.cancel.set(conn.addr, conn.key);
-        if let Some(sql) = self.params.sync_sql(&conn.params) {
-            frontend::query(&mut self.sout, &sql);
-            conn.replies.push(Owed::Internal);
-            for (k, v) in self.params.iter() {
-                conn.params.set(k, v);
-            }
-        }
         self.status = backend::TX_IDLE;
+        self.release_due = false;
         self.server = Some(conn);
         Ok(())
     }
@@ -257,6 +276,7 @@ impl<'a> Session<'a> {
 
     /// Queues what the held server will owe for a message just written to it.
     pub(super) fn owe(&mut self, o: Owed) {
+        self.release_due = false;
         self.server
             .as_mut()
             .expect("messages are only written to a held server")
@@ -272,16 +292,37 @@ impl<'a> Session<'a> {
         self.skipping = true;
     }
 
+    /// Writes what is queued for the server while still reading the server: a server blocked
+    /// writing results stops reading, so a pooler that only wrote would deadlock with it on a
+    /// large pipeline. What arrives meanwhile is handled and passed on to the client.
     pub(super) async fn flush_server(&mut self) -> Result<(), ClientError> {
-        if self.sout.is_empty() {
-            return Ok(());
-        }
-        let Some(srv) = self.server.as_mut() else {
-            self.sout.clear();
-            return Ok(());
-        };
-        if let Err(e) = srv.stream.write_all(&self.sout).await {
-            return Err(ClientError::ServerLost(e.to_string()));
+        let mut written = 0;
+        while written < self.sout.len() {
+            let Some(srv) = self.server.as_mut() else {
+                break;
+            };
+            if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
+                srv.rbuf.reserve(16 * 1024);
+            }
+            let (mut rd, mut wr) = srv.stream.split();
+            let progress = tokio::select! {
+                biased;
+                r = wr.write(&self.sout[written..]) => Progress::Wrote(r),
+                r = rd.read_buf(&mut srv.rbuf) => Progress::Read(r),
+            };
+            match progress {
+                Progress::Wrote(Ok(n)) if n > 0 => written += n,
+                Progress::Read(Ok(n)) if n > 0 => {
+                    self.drain_server()?;
+                    self.flush_client().await?;
+                }
+                Progress::Wrote(r) | Progress::Read(r) => {
+                    let why = r
+                        .err()
+                        .map_or("server closed the connection".into(), |e| e.to_string());
+                    return Err(ClientError::ServerLost(why));
+                }
+            }
         }
         self.sout.clear();
         if self.sout.capacity() > SHRINK_ABOVE {
@@ -300,6 +341,13 @@ impl<'a> Session<'a> {
             self.cout = BytesMut::new();
         }
         Ok(())
+    }
+
+    fn has_whole_message(&self) -> bool {
+        matches!(
+            crate::protocol::frame::complete_len(&self.cbuf, self.max_message),
+            Ok(Some(_)) | Err(_)
+        )
     }
 
     /// Frees buffers while the client holds nothing, so idle clients stay small.
@@ -364,8 +412,9 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     };
     match tokio::time::timeout(Duration::from_secs(10), run).await {
         Ok(Ok(())) => {
-            // DISCARD ALL (the default) drops every prepared statement on the server.
+            // DISCARD ALL (the default) drops every prepared statement and setting.
             conn.statements.clear();
+            conn.applied = Default::default();
             pool.checkin(conn)
         }
         _ => pool.discard(conn),

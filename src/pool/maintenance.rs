@@ -35,7 +35,7 @@ impl Pool {
                 let idle_too_long = !s.idle_timeout.is_zero()
                     && now.duration_since(conn.last_used) >= s.idle_timeout
                     && open > s.min_size;
-                if conn.is_expired(now) || idle_too_long {
+                if conn.is_expired(now) || idle_too_long || !conn.is_usable_idle() {
                     open -= 1;
                     retire.push(conn);
                 } else {

@@ -181,7 +181,7 @@ impl Pool {
             let mut st = self.lock();
             let now = Instant::now();
             while let Some(conn) = self.pop_idle(&mut st) {
-                if conn.is_expired(now) {
+                if conn.is_expired(now) || !conn.is_usable_idle() {
                     self.close(conn);
                     continue;
                 }

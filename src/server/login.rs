@@ -51,6 +51,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         stream,
         rbuf: BytesMut::with_capacity(8192),
         params: Params::default(),
+        applied: Params::default(),
         key: (0, 0),
         addr,
         created: Instant::now(),

@@ -95,6 +95,8 @@ pub struct ServerConn {
     pub rbuf: BytesMut,
     /// Values the server last reported with ParameterStatus.
     pub params: Params,
+    /// Settings a client sync applied that the server does not report.
+    pub applied: Params,
     /// The server's BackendKeyData, for forwarding cancels.
     pub key: (i32, i32),
     pub addr: SocketAddr,
@@ -113,5 +115,19 @@ pub struct ServerConn {
 impl ServerConn {
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expires.is_some_and(|e| now >= e)
+    }
+
+    /// An idle server must have nothing to say: EOF (PostgreSQL restarted, backend killed) or
+    /// unexpected bytes (a FATAL before closing) mean it cannot be used. No await, and no
+    /// system call unless the socket was reported readable.
+    pub fn is_usable_idle(&self) -> bool {
+        if !self.rbuf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        match self.stream.try_read(&mut probe) {
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
     }
 }

@@ -104,6 +104,16 @@ impl Replies {
         self.q.is_empty()
     }
 
+    /// Whether a ReadyForQuery is still to come (a Sync, a Query or the pooler's own query).
+    pub fn owes_ready(&self) -> bool {
+        self.q.iter().any(|o| {
+            matches!(
+                o,
+                Owed::Client(Request::Sync | Request::Query) | Owed::Internal
+            )
+        })
+    }
+
     pub fn front(&self) -> Option<&Owed> {
         self.q.front()
     }

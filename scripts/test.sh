@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# "Test it": the whole suite, as CI runs it (.ci/run execs this).
+#   scripts/test.sh              run every step
+#   scripts/test.sh fmt clippy   run only the named steps, in suite order
+#   scripts/test.sh --list       list the steps
+# Stops at the first failing step.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# --- steps: one function each, listed in STEPS below --------------------------
+step_deps() {
+  bash scripts/ensure-deps.sh
+}
+
+step_fmt() {
+  cargo fmt --check
+}
+
+step_clippy() {
+  cargo clippy --all-targets -- -D warnings
+}
+
+step_test() {
+  cargo test --all-targets
+}
+
+# The benchmark harness end to end, a few seconds per run (bench/run.sh); it
+# asserts nothing about speed, only that every target produced a number.
+step_bench_smoke() {
+  bash bench/run.sh --smoke
+}
+
+# name:function, in the order they run. Append new steps here.
+STEPS=(
+  "deps:step_deps"
+  "fmt:step_fmt"
+  "clippy:step_clippy"
+  "test:step_test"
+  "bench-smoke:step_bench_smoke"
+)
+
+# --- runner -----------------------------------------------------------------
+if [[ ${1:-} == --list ]]; then
+  for entry in "${STEPS[@]}"; do
+    echo "${entry%%:*}"
+  done
+  exit 0
+fi
+
+selected=()
+for entry in "${STEPS[@]}"; do
+  name=${entry%%:*}
+  if [[ $# -eq 0 ]]; then
+    selected+=("$entry")
+    continue
+  fi
+  for wanted in "$@"; do
+    if [[ $wanted == "$name" ]]; then
+      selected+=("$entry")
+    fi
+  done
+done
+for wanted in "$@"; do
+  known=0
+  for entry in "${STEPS[@]}"; do
+    [[ ${entry%%:*} == "$wanted" ]] && known=1
+  done
+  if [[ $known -eq 0 ]]; then
+    echo "test.sh: unknown step '$wanted' (steps: $(bash "$0" --list | tr '\n' ' '))" >&2
+    exit 2
+  fi
+done
+
+CURRENT_STEP=""
+on_exit() {
+  local status=$?
+  if [[ $status -ne 0 && -n $CURRENT_STEP ]]; then
+    echo "test.sh: step '$CURRENT_STEP' FAILED (exit $status)" >&2
+  fi
+}
+trap on_exit EXIT
+
+total=${#selected[@]}
+index=0
+suite_start=$SECONDS
+for entry in "${selected[@]}"; do
+  index=$((index + 1))
+  CURRENT_STEP=${entry%%:*}
+  fn=${entry#*:}
+  echo
+  echo "==== [$index/$total] $CURRENT_STEP"
+  step_start=$SECONDS
+  "$fn"
+  echo "==== [$index/$total] $CURRENT_STEP ok ($((SECONDS - step_start))s)"
+done
+CURRENT_STEP=""
+
+echo
+echo "test.sh: ran ${total} step(s) in $((SECONDS - suite_start))s"
+echo "test.sh: all steps passed"

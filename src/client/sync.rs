@@ -1,0 +1,53 @@
+//! Bringing a server's session settings in line with a client's before the client's first
+//! message runs on it.
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+
+use super::error::ClientError;
+use super::session::Session;
+use crate::protocol::{backend, frontend};
+use crate::server::{read_frame, Server};
+
+impl Session<'_> {
+    /// Runs the sync on a freshly checked-out server and waits for its answer, so nothing of
+    /// the client's runs with the wrong settings. A setting the server rejects ends the session
+    /// with the server's own error, as a direct login with that setting would.
+    pub(super) async fn sync_settings(&mut self, conn: &mut Server) -> Result<(), ClientError> {
+        let Some(sql) = self.params.sync_sql(&conn.params, &conn.applied) else {
+            return Ok(());
+        };
+        let lost = |e: String| ClientError::ServerLost(e);
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, &sql);
+        conn.stream
+            .write_all(&out)
+            .await
+            .map_err(|e| lost(e.to_string()))?;
+        let mut rejected = None;
+        loop {
+            let f = read_frame(conn).await.map_err(|e| lost(e.to_string()))?;
+            match f.tag {
+                backend::PARAMETER_STATUS_TAG => {
+                    if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
+                        conn.params.set(k, v);
+                        // The server's spelling of the value is what the client now has.
+                        self.params.set(k, v);
+                    }
+                }
+                backend::ERROR_RESPONSE_TAG => {
+                    rejected =
+                        Some(backend::parse_error(f.body()).map_err(|e| lost(e.to_string()))?);
+                }
+                backend::READY_FOR_QUERY_TAG => break,
+                _ => {}
+            }
+        }
+        if let Some(fields) = rejected {
+            tracing::info!(client = self.id, code = %fields.code, "a client setting was rejected by the server");
+            return Err(ClientError::Rejected(fields));
+        }
+        conn.applied = self.params.unreported(&conn.params);
+        Ok(())
+    }
+}

@@ -1,0 +1,13 @@
+mod badinput;
+mod core;
+mod support;
+
+/// The harness itself works: a real PostgreSQL starts and answers directly.
+#[tokio::test]
+async fn harness_smoke() {
+    let pg = support::shared();
+    let client = pg.connect("droid", support::DB).await;
+    let row = client.query_one("select 1", &[]).await.expect("select 1");
+    let one: i32 = row.get(0);
+    assert_eq!(one, 1);
+}

@@ -1,0 +1,198 @@
+//! A raw protocol client for tests that drive the pooler message by message.
+
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use droid_pool::protocol::backend;
+use droid_pool::protocol::frame::{self, begin, finish, Frame};
+use droid_pool::protocol::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const RECV_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Raw {
+    pub stream: TcpStream,
+    buf: BytesMut,
+}
+
+fn cstr(b: &mut BytesMut, s: &[u8]) {
+    b.put_slice(s);
+    b.put_u8(0);
+}
+
+/// Parse(name, sql) with no declared parameter types.
+pub fn parse(name: &str, sql: &str) -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::PARSE_TAG);
+    cstr(&mut b, name.as_bytes());
+    cstr(&mut b, sql.as_bytes());
+    b.put_i16(0);
+    finish(&mut b, at);
+    b
+}
+
+/// Bind(portal, statement) with text parameters and text results.
+pub fn bind(portal: &str, stmt: &str, params: &[Option<&str>]) -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::BIND_TAG);
+    cstr(&mut b, portal.as_bytes());
+    cstr(&mut b, stmt.as_bytes());
+    b.put_i16(0);
+    b.put_i16(params.len() as i16);
+    for p in params {
+        match p {
+            Some(v) => {
+                b.put_i32(v.len() as i32);
+                b.put_slice(v.as_bytes());
+            }
+            None => b.put_i32(-1),
+        }
+    }
+    b.put_i16(0);
+    finish(&mut b, at);
+    b
+}
+
+pub fn describe(kind: u8, name: &str) -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::DESCRIBE_TAG);
+    b.put_u8(kind);
+    cstr(&mut b, name.as_bytes());
+    finish(&mut b, at);
+    b
+}
+
+pub fn execute(portal: &str) -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::EXECUTE_TAG);
+    cstr(&mut b, portal.as_bytes());
+    b.put_i32(0);
+    finish(&mut b, at);
+    b
+}
+
+pub fn close(kind: u8, name: &str) -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::CLOSE_TAG);
+    b.put_u8(kind);
+    cstr(&mut b, name.as_bytes());
+    finish(&mut b, at);
+    b
+}
+
+pub fn sync() -> BytesMut {
+    let mut b = BytesMut::new();
+    frontend::sync(&mut b);
+    b
+}
+
+pub fn flush() -> BytesMut {
+    let mut b = BytesMut::new();
+    let at = begin(&mut b, frontend::FLUSH_TAG);
+    finish(&mut b, at);
+    b
+}
+
+pub fn query(sql: &str) -> BytesMut {
+    let mut b = BytesMut::new();
+    frontend::query(&mut b, sql);
+    b
+}
+
+/// Concatenates messages into one write (a pipeline).
+pub fn batch(msgs: &[BytesMut]) -> Vec<u8> {
+    msgs.iter().flat_map(|m| m.iter().copied()).collect()
+}
+
+/// The tags of frames, as a string ("12DCZ").
+pub fn tags(frames: &[Frame]) -> String {
+    frames.iter().map(|f| f.tag as char).collect()
+}
+
+/// SQLSTATE of an ErrorResponse frame.
+pub fn sqlstate(f: &Frame) -> String {
+    backend::parse_error(f.body()).expect("error fields").code
+}
+
+/// First column of a DataRow, as text.
+pub fn first_col(f: &Frame) -> Option<String> {
+    let body = f.body();
+    let n = i32::from_be_bytes([body[2], body[3], body[4], body[5]]);
+    if n < 0 {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&body[6..6 + n as usize]).into_owned())
+}
+
+impl Raw {
+    /// Connects and logs in (trust), reading up to the first ReadyForQuery.
+    pub async fn connect(port: u16, user: &str, db: &str) -> Raw {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to pooler");
+        let mut raw = Raw {
+            stream,
+            buf: BytesMut::new(),
+        };
+        let mut b = BytesMut::new();
+        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
+        raw.send(&b).await;
+        let login = raw.until_ready().await;
+        assert_eq!(
+            login.first().map(|f| f.tag),
+            Some(backend::AUTHENTICATION_TAG)
+        );
+        raw
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write to pooler");
+    }
+
+    /// The next whole message; panics after [`RECV_TIMEOUT`] or on EOF.
+    pub async fn recv(&mut self) -> Frame {
+        tokio::time::timeout(RECV_TIMEOUT, self.try_recv())
+            .await
+            .expect("timed out waiting for a message")
+            .expect("connection closed while waiting for a message")
+    }
+
+    /// The next whole message, or None at EOF.
+    pub async fn try_recv(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = frame::cut(&mut self.buf, 1 << 30).expect("valid frame") {
+                return Some(f);
+            }
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Messages up to and including the next ReadyForQuery.
+    pub async fn until_ready(&mut self) -> Vec<Frame> {
+        let mut out = Vec::new();
+        loop {
+            let f = self.recv().await;
+            let done = f.tag == backend::READY_FOR_QUERY_TAG;
+            out.push(f);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Whether nothing arrives within `wait` (the connection stays open and silent).
+    pub async fn silent_for(&mut self, wait: Duration) -> bool {
+        tokio::time::timeout(wait, self.try_recv()).await.is_err()
+    }
+
+    /// Waits for the server side to close (EOF) within the timeout, skipping messages.
+    pub async fn closed_within(&mut self, wait: Duration) -> bool {
+        tokio::time::timeout(wait, async { while self.try_recv().await.is_some() {} })
+            .await
+            .is_ok()
+    }
+}
