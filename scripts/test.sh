@@ -25,6 +25,16 @@ step_test() {
   cargo test --all-targets
 }
 
+# Python and Node drivers through the pooler with prepared-statement tracking.
+step_drivers() {
+  bash scripts/driver-tests.sh
+}
+
+# Each cargo-fuzz target for a few seconds (compile-only where no nightly toolchain exists).
+step_fuzz() {
+  bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
+}
+
 # The benchmark harness end to end, a few seconds per run (bench/run.sh); it
 # asserts nothing about speed, only that every target produced a number.
 step_bench_smoke() {
@@ -37,7 +47,8 @@ STEPS=(
   "fmt:step_fmt"
   "clippy:step_clippy"
   "test:step_test"
-  "bench-smoke:step_bench_smoke"
+  "drivers:step_drivers"
+  "fuzz:step_fuzz"
 )
 
 # --- runner -----------------------------------------------------------------

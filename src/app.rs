@@ -1,15 +1,21 @@
-//! The composition root: builds the shared context, binds the listener, accepts clients, and
-//! stops on SIGTERM/SIGINT.
+//! The composition root: builds the shared context, starts the admin server, accepts clients,
+//! and drains on SIGTERM: readiness drops at once, the listener stays open for the accept
+//! window, then clients are closed as `drain.mode` says, with stragglers cancelled at the
+//! deadline.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
+use crate::config::{Config, DrainMode};
+use crate::lifecycle::DrainState;
 use crate::shared::Shared;
 
 #[derive(Debug, Error)]
@@ -19,65 +25,129 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot install signal handler: {0}")]
-    Signal(std::io::Error),
+    #[error("cannot start the admin server: {0}")]
+    Admin(std::io::Error),
 }
 
-/// Runs the pooler until `shutdown` is cancelled (or a signal arrives).
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
+/// How the pooler stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every client finished before the deadline.
+    Drained,
+    /// The deadline cancelled queries or closed clients.
+    Forced,
+}
+
+/// Runs the pooler until a drain finishes.
+pub async fn run(config: Config) -> Result<Stopped, AppError> {
     let addr = SocketAddr::new(config.listen.addr, config.listen.port);
+    let shared = Shared::new(config, CancellationToken::new());
+    // The admin server first: /startupz answers 503 until the listener is bound.
+    let admin = crate::admin::start(shared.clone()).map_err(AppError::Admin)?;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| AppError::Bind { addr, source })?;
-    let shared = Shared::new(config, shutdown.clone());
     let local = listener.local_addr().unwrap_or(addr);
     shared.events.listening(local);
-    tracing::info!(%local, "accepting clients");
-    spawn_signal_handler(shutdown.clone())?;
+    tracing::info!(%local, %admin, "accepting clients; admin server up");
+    shared.lifecycle.mark_started();
+    spawn_heartbeat(shared.clone());
     let tracker = TaskTracker::new();
     accept_loop(&listener, &shared, &tracker).await;
     drop(listener);
-    tracker.close();
-    // Idle clients are told at once; busy ones finish their transaction first.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), tracker.wait()).await;
-    Ok(())
+    let stopped = drain(&shared, &tracker).await;
+    shared.lifecycle.set_state(DrainState::Stopped);
+    shared.metrics.lifecycle.drain_state.set(3);
+    shared.shutdown.cancel();
+    shared.pools.close_all().await;
+    let l = &shared.lifecycle;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    shared.events.shutdown_summary(
+        load(&l.accepted),
+        load(&l.completed),
+        load(&l.refused),
+        load(&l.aborted),
+    );
+    Ok(stopped)
 }
 
+/// Proves the data plane's runtime is turning, for liveness, even with no pools yet.
+fn spawn_heartbeat(shared: Arc<Shared>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => return,
+                _ = tick.tick() => shared.lifecycle.maintenance_beat(),
+            }
+        }
+    });
+}
+
+/// Accepts until a drain's accept window has passed.
 async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &TaskTracker) {
+    let l = &shared.lifecycle;
+    let window = shared.config.drain.accept_window;
+    let closing = async {
+        l.drain.cancelled().await;
+        shared.metrics.lifecycle.drain_state.set(1);
+        tracing::info!(
+            ?window,
+            "drain: readiness down, still accepting for the window"
+        );
+        tokio::time::sleep(window).await;
+    };
+    tokio::pin!(closing);
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
+            _ = &mut closing => return,
+            _ = beat.tick() => l.accept_beat(),
             r = listener.accept() => match r {
                 Ok((stream, _peer)) => {
+                    l.accepted.fetch_add(1, Ordering::Relaxed);
                     tracker.spawn(crate::client::serve(stream, shared.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
     }
 }
 
-fn spawn_signal_handler(shutdown: CancellationToken) -> Result<(), AppError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(AppError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(AppError::Signal)?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-        shutdown.cancel();
-        // A second signal means stop now.
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = int.recv() => {},
-        }
-        tracing::warn!("second signal: exiting immediately");
-        std::process::exit(1);
-    });
-    Ok(())
+/// Closes clients as the drain mode says and enforces the deadline.
+async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
+    let l = &shared.lifecycle;
+    let cfg = &shared.config.drain;
+    l.set_state(DrainState::Closing);
+    shared.metrics.lifecycle.drain_state.set(2);
+    if cfg.mode == DrainMode::TransactionBoundary {
+        l.close_idle.cancel();
+    }
+    tracker.close();
+    let remaining = cfg.timeout.saturating_sub(cfg.accept_window);
+    let deadline = Instant::now() + remaining;
+    // Leave the last part of the budget for cancelled queries to come back.
+    let cancel_at = deadline - (remaining / 4).min(Duration::from_secs(2));
+    if tokio::time::timeout_at(cancel_at, tracker.wait())
+        .await
+        .is_ok()
+    {
+        return Stopped::Drained;
+    }
+    let cancelled = shared.cancels.cancel_all().await;
+    tracing::warn!(cancelled, "drain deadline near: cancelling running queries");
+    let _ = tokio::time::timeout_at(deadline, tracker.wait()).await;
+    if !tracker.is_empty() {
+        tracing::warn!(
+            clients = tracker.len(),
+            "drain deadline: closing remaining clients"
+        );
+        l.abort.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
+    }
+    Stopped::Forced
 }

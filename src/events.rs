@@ -50,6 +50,14 @@ impl Events {
         ));
     }
 
+    /// The last line of a drain.
+    pub fn shutdown_summary(&self, accepted: u64, completed: u64, refused: u64, aborted: u64) {
+        tracing::info!(accepted, completed, refused, aborted, "stopped");
+        self.emit(format_args!(
+            "shutdown: accepted {accepted}, completed {completed}, refused {refused}, aborted {aborted}"
+        ));
+    }
+
     fn emit(&self, line: std::fmt::Arguments<'_>) {
         if !self.enabled {
             return;

@@ -6,13 +6,17 @@
 //! `prepared`, `events`; `server` (one PostgreSQL connection); `pool`; `client` (one task per
 //! client); `app` (listener and composition root).
 
+pub mod admin;
 pub mod app;
 pub mod client;
 pub mod config;
 pub mod events;
+pub mod lifecycle;
+pub mod metrics;
 pub mod params;
 pub mod pool;
 pub mod prepared;
 pub mod protocol;
+pub mod resilience;
 pub mod server;
 pub mod shared;

@@ -3,7 +3,6 @@
 use anyhow::Context;
 use clap::Parser;
 use droid_pool::config::{Cli, Config, LogFormat};
-use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -13,8 +12,12 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(droid_pool::app::run(config, CancellationToken::new()))?;
-    Ok(())
+    let stopped = runtime.block_on(droid_pool::app::run(config))?;
+    // Exit 0 only when the drain finished before its deadline.
+    std::process::exit(match stopped {
+        droid_pool::app::Stopped::Drained => 0,
+        droid_pool::app::Stopped::Forced => 1,
+    })
 }
 
 fn init_tracing(format: LogFormat) {

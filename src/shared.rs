@@ -8,7 +8,10 @@ use tokio_util::sync::CancellationToken;
 use crate::client::cancel::Cancels;
 use crate::config::Config;
 use crate::events::Events;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::{Metrics, SnapshotCollector, SnapshotSource};
 use crate::pool::Pools;
+use tokio::sync::Notify;
 
 /// Numbering and counts that are not metrics.
 #[derive(Debug, Default)]
@@ -34,9 +37,13 @@ pub struct Shared {
     pub config: Arc<Config>,
     pub events: Events,
     pub counters: Arc<Counters>,
-    pub pools: Pools,
+    pub pools: Arc<Pools>,
+    pub metrics: Arc<Metrics>,
     pub cancels: Cancels,
     pub shutdown: CancellationToken,
+    pub lifecycle: Arc<Lifecycle>,
+    /// Rung by SIGHUP and `POST /reload`.
+    pub reload: Notify,
 }
 
 impl Shared {
@@ -44,13 +51,57 @@ impl Shared {
         let config = Arc::new(config);
         let events = Events::new(config.log.events);
         let counters = Arc::new(Counters::default());
+        let metrics = Arc::new(Metrics::new());
+        let pools = Arc::new(Pools::new(
+            config.clone(),
+            events,
+            counters.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        let collector = SnapshotCollector::new(Arc::downgrade(&pools), true);
+        if let Err(e) = metrics.registry.register(Box::new(collector)) {
+            tracing::warn!(error = %e, "pool gauges unavailable");
+        }
         Arc::new(Shared {
-            pools: Pools::new(config.clone(), events, counters.clone(), shutdown.clone()),
+            pools,
+            metrics,
             config,
             events,
             counters,
             cancels: Cancels::default(),
             shutdown,
+            lifecycle: Arc::new(Lifecycle::default()),
+            reload: Notify::new(),
         })
+    }
+}
+
+impl Shared {
+    /// What `/status` shows: pools, clients, drain state and config generation.
+    pub fn status(&self) -> serde_json::Value {
+        let l = &self.lifecycle;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "config_generation": self.metrics.lifecycle.config_generation.get(),
+            "started": l.is_started(),
+            "ready": l.is_ready(),
+            "paused": l.is_paused(),
+            "drain": {
+                "state": l.state().as_str(),
+                "accepted": load(&l.accepted),
+                "completed": load(&l.completed),
+                "refused": load(&l.refused),
+                "aborted": load(&l.aborted),
+            },
+            "clients_open": self.counters.clients_open.load(Ordering::Relaxed),
+            "pools": self.pools.snapshots(),
+        })
+    }
+
+    /// Whether every pool's last server login succeeded (for opt-in backend readiness).
+    pub fn backend_reachable(&self) -> bool {
+        self.pools.all().iter().all(|p| p.last_login_ok())
     }
 }

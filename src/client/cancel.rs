@@ -51,6 +51,20 @@ impl Cancels {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Cancels whatever every client is running now (the drain deadline); returns how many.
+    pub async fn cancel_all(&self) -> usize {
+        let keys: Vec<(i32, i32)> = self
+            .lock()
+            .iter()
+            .filter(|(_, (_, slot))| slot.get().is_some())
+            .map(|(pid, (secret, _))| (*pid, *secret))
+            .collect();
+        for (pid, secret) in &keys {
+            self.forward(*pid, *secret).await;
+        }
+        keys.len()
+    }
+
     /// Forwards a cancel if the key matches a client that holds a server; otherwise drops it,
     /// as PostgreSQL does (a cancel never gets an answer).
     pub async fn forward(&self, pid: i32, secret: i32) {

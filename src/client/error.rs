@@ -22,6 +22,9 @@ pub enum ClientError {
     Rejected(ErrorFields),
     #[error("{message}")]
     Fatal { code: &'static str, message: String },
+    /// The pooler is draining: closed at a transaction boundary, or by the deadline.
+    #[error("droid-pool is shutting down")]
+    Shutdown { forced: bool },
     /// The client went away; nothing to tell it.
     #[error("client disconnected")]
     Gone,
@@ -45,6 +48,15 @@ impl ClientError {
                 None,
             ),
             ClientError::Fatal { code, message } => ((*code).to_owned(), message.clone(), None),
+            ClientError::Shutdown { forced } => (
+                sqlstate::ADMIN_SHUTDOWN.to_owned(),
+                if *forced {
+                    "droid-pool is shutting down: the drain deadline passed".to_owned()
+                } else {
+                    "droid-pool is shutting down".to_owned()
+                },
+                None,
+            ),
             ClientError::Rejected(f) => (f.code.clone(), f.message.clone(), f.detail.clone()),
         };
         Some(ErrorFields {

@@ -31,6 +31,17 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     let mut id = None;
     let res = run(&mut stream, &shared, &mut id).await;
+    let l = &shared.lifecycle;
+    let outcome = match &res {
+        Err(ClientError::Shutdown { forced: true }) => &l.aborted,
+        Err(ClientError::Fatal { code, .. })
+            if *code == crate::protocol::sqlstate::TOO_MANY_CONNECTIONS =>
+        {
+            &l.refused
+        }
+        _ => &l.completed,
+    };
+    outcome.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = res {
         Box::pin(report(&mut stream, &e)).await;
         tracing::debug!(client = ?id, error = %e, "client session ended with an error");

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use super::error::{error_fields, ClientError};
 use super::session::Session;
 use crate::config::PoolMode;
-use crate::prepared::{ClientStatements, ServerStatements};
+use crate::prepared::{self, ClientStatements, ServerStatements};
 use crate::protocol::backend as b;
 use crate::protocol::{frame, frontend, sqlstate};
 use crate::server::Owed;
@@ -27,11 +27,22 @@ impl Session<'_> {
     pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
         self.flush_server().await?;
         self.maybe_release();
+        if self.tracking {
+            self.count_kept();
+        }
         self.flush_client().await?;
         if self.server.is_none() {
             self.shrink_idle();
         }
         Ok(())
+    }
+
+    fn count_query(&mut self) {
+        let m = &self.shared.metrics.clients;
+        m.queries.inc();
+        if let Some(since) = self.request_since.take() {
+            m.query_seconds.observe(since.elapsed().as_secs_f64());
+        }
     }
 
     fn maybe_release(&mut self) {
@@ -79,10 +90,44 @@ impl Session<'_> {
                     self.status = b::parse_ready_for_query(&msg[frame::HEADER_LEN..])
                         .map_err(|e| ClientError::ServerLost(e.to_string()))?;
                 }
+                b::COMMAND_COMPLETE_TAG
+                    if self.tracking
+                        && prepared::drops_all_statements(&msg[frame::HEADER_LEN..]) =>
+                {
+                    // The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the
+                    // command is gone, for this client and on this server.
+                    let marks = match (&step.completed, srv.replies.front()) {
+                        (
+                            Some(Owed::Marked {
+                                client_seq,
+                                server_seq,
+                                ..
+                            }),
+                            _,
+                        )
+                        | (
+                            None,
+                            Some(Owed::Marked {
+                                client_seq,
+                                server_seq,
+                                ..
+                            }),
+                        ) => Some((*client_seq, *server_seq)),
+                        _ => None,
+                    };
+                    let (client_seq, server_seq) =
+                        marks.unwrap_or((u64::MAX, srv.statements.next_seq()));
+                    self.statements.drop_older_than(client_seq);
+                    srv.statements.drop_older_than(server_seq);
+                }
                 _ => {}
             }
             let failed = tag == b::ERROR_RESPONSE_TAG;
+            let mut substitute = None;
             if let Some(done) = step.completed {
+                if let Owed::Substitute { error, .. } = &done {
+                    substitute = Some(error.clone());
+                }
                 settle(&mut self.statements, &mut srv.statements, done, failed);
             }
             for o in self.skipped.drain(..) {
@@ -103,17 +148,41 @@ impl Session<'_> {
                 self.refuse_transaction();
             }
             if step.forward {
-                self.cout.extend_from_slice(&msg);
+                match substitute {
+                    Some(own) => self.cout.extend_from_slice(&own),
+                    None if failed && self.tracking => {
+                        match super::tracking::unrename_error(&msg, self.id) {
+                            Some(m) => self.cout.extend_from_slice(&m),
+                            None => self.cout.extend_from_slice(&msg),
+                        }
+                    }
+                    None => self.cout.extend_from_slice(&msg),
+                }
+                if step.ready {
+                    self.count_query();
+                }
             }
             let srv = self
                 .server
                 .as_mut()
                 .expect("server messages are handled only while a server is held");
-            while let Some(m) = srv.replies.pop_synthetic() {
-                self.cout.extend_from_slice(&m);
+            while let Some(answer) = srv.replies.pop_answer() {
+                match answer {
+                    Owed::Synthetic(m) => self.cout.extend_from_slice(&m),
+                    Owed::ClientClose { name, kept, reply } => {
+                        // Delivered in its place: the Close took effect (again, if a skip had
+                        // brought the statement back before a retry).
+                        if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
+                            self.statements.remove(&name);
+                        }
+                        self.cout.extend_from_slice(&reply);
+                    }
+                    _ => {}
+                }
             }
             if step.ready && srv.replies.is_empty() {
                 self.release_due = true;
+                self.batch_clean = true;
             }
         }
     }
@@ -140,19 +209,26 @@ impl Session<'_> {
 /// Applies what the outcome of one owed reply means for prepared-statement bookkeeping.
 /// `failed`: the server answered it with an error, or skipped it after an earlier error.
 fn settle(client: &mut ClientStatements, server: &mut ServerStatements, o: Owed, failed: bool) {
-    if !failed {
-        return;
-    }
     match o {
+        Owed::TrackedParse { name, id, .. } if !failed => client.confirm(&name, id),
         Owed::TrackedParse {
             name,
             server_name,
             id,
         } => {
-            client.remove_if(&name, id);
             server.remove_if(&server_name, id);
+            // A statement this Parse replaced is still on the server under the same name.
+            if let Some(old) = client.reject(&name, id) {
+                if old.server_name == server_name {
+                    server.add(old.server_name.clone(), old.id);
+                }
+            }
         }
-        Owed::Replay { server_name, id } => server.remove_if(&server_name, id),
+        Owed::Replay { server_name, id } if failed => server.remove_if(&server_name, id),
+        // A Close the server skipped: the copy is still there.
+        // Entries settle in order, so a Parse sent after this Close settles after it.
+        Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
+        Owed::ClientClose { name, kept, .. } if failed => client.restore(&name, kept),
         _ => {}
     }
 }

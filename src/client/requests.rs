@@ -108,12 +108,7 @@ impl Session<'_> {
     fn on_request(&mut self, tag: u8, msg: BytesMut) -> Result<(), ClientError> {
         let held = self.server.is_some();
         match tag {
-            f::QUERY_TAG => {
-                if self.tracking {
-                    self.note_sql(f::query_text(&msg).unwrap_or_default());
-                }
-                self.forward(&msg, Request::Query)
-            }
+            f::QUERY_TAG => self.forward(&msg, Request::Query),
             f::FUNCTION_CALL_TAG => self.forward(&msg, Request::Query),
             f::SYNC_TAG if held => self.forward(&msg, Request::Sync),
             f::SYNC_TAG => {
@@ -122,6 +117,7 @@ impl Session<'_> {
             }
             f::FLUSH_TAG | f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
                 self.sout.extend_from_slice(&msg);
+                self.retry.record(&msg, None);
             }
             f::EXECUTE_TAG => self.forward(&msg, Request::Execute),
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
@@ -137,8 +133,22 @@ impl Session<'_> {
     }
 
     pub(super) fn forward(&mut self, msg: &[u8], req: Request) {
+        if self.request_since.is_none() {
+            self.request_since = Some(std::time::Instant::now());
+        }
         self.sout.extend_from_slice(msg);
-        self.owe(Owed::Client(req));
-        self.retry.record(msg, req);
+        if matches!(req, Request::Bind | Request::Execute | Request::Query) {
+            self.batch_clean = false;
+        }
+        let owed = match (self.tracking, req, self.server.as_ref()) {
+            (true, Request::Query | Request::Execute, Some(srv)) => Owed::Marked {
+                req,
+                client_seq: self.statements.next_id(),
+                server_seq: srv.statements.next_seq(),
+            },
+            _ => Owed::Client(req),
+        };
+        self.owe(owed);
+        self.retry.record(msg, Some(req));
     }
 }

@@ -1,18 +1,29 @@
 //! The transparent retry after DDL changed a prepared statement's result type: when the server
 //! answers the Bind of a tracked statement with 0A000 "cached plan must not change result
 //! type" outside an explicit transaction, the statement is parsed again on that connection and
-//! the client's batch (Bind through Sync) is sent once more; the client never sees the error.
+//! the client's batch (Bind through Sync, with the pooler's own answers in it) is sent once
+//! more; the client never sees the error. Only a batch that starts with that Bind qualifies:
+//! anything executed before it was rolled back by the error and must not be lost silently.
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::session::Session;
 use crate::prepared::Kept;
 use crate::protocol::backend;
-use crate::protocol::frame::{self, HEADER_LEN};
+use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend as f, sqlstate};
 use crate::server::{Owed, Request};
+
+/// One thing of the recorded batch, in order.
+#[derive(Debug)]
+pub(super) enum LogItem {
+    /// Bytes sent to the server, and what the server owes for them.
+    Sent { bytes: Bytes, req: Option<Request> },
+    /// An answer of the pooler's, in its place.
+    Answer(Owed),
+}
 
 /// The retry's state for the current batch.
 #[derive(Debug, Default)]
@@ -20,49 +31,78 @@ pub(super) enum PlanRetry {
     /// Nothing recorded in this batch yet.
     #[default]
     Idle,
-    /// A tracked Bind was sent: its messages through Sync are kept for a possible resend.
+    /// A tracked Bind opened the batch: its messages through Sync are kept.
     Recording {
         kept: Arc<Kept>,
-        log: BytesMut,
+        log: Vec<LogItem>,
         synced: bool,
     },
     /// The Bind failed with a plan change; the error waits for the batch's ReadyForQuery.
+    /// `resend_ok` turns false if anything was sent after the batch (a resend would reorder).
     Failed {
         kept: Arc<Kept>,
-        log: BytesMut,
+        log: Vec<LogItem>,
         error: Bytes,
+        resend_ok: bool,
     },
-    /// Not eligible in this batch (already retried, or the batch is not a plain Bind..Sync).
+    /// Not eligible in this batch.
     Off,
 }
 
 impl PlanRetry {
-    pub(super) fn start(&mut self, kept: &Arc<Kept>, bind: &[u8]) {
-        *self = match self {
-            PlanRetry::Idle => PlanRetry::Recording {
-                kept: kept.clone(),
-                log: BytesMut::from(bind),
-                synced: false,
-            },
-            _ => PlanRetry::Off,
-        };
-    }
-
-    pub(super) fn disable(&mut self) {
-        if !matches!(self, PlanRetry::Idle) {
-            *self = PlanRetry::Off;
+    /// A tracked Bind was sent; `clean`: nothing was executed earlier in this batch.
+    pub(super) fn start(&mut self, kept: &Arc<Kept>, bind: &[u8], clean: bool) {
+        match self {
+            PlanRetry::Idle if clean => {
+                *self = PlanRetry::Recording {
+                    kept: kept.clone(),
+                    log: vec![LogItem::Sent {
+                        bytes: Bytes::copy_from_slice(bind),
+                        req: Some(Request::Bind),
+                    }],
+                    synced: false,
+                }
+            }
+            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
+            _ => *self = PlanRetry::Off,
         }
     }
 
-    /// Keeps a forwarded message of a batch being recorded.
-    pub(super) fn record(&mut self, msg: &[u8], req: Request) {
+    pub(super) fn disable(&mut self) {
+        match self {
+            PlanRetry::Idle | PlanRetry::Off => {}
+            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
+            PlanRetry::Recording { .. } => *self = PlanRetry::Off,
+        }
+    }
+
+    /// Keeps a message sent in a batch being recorded.
+    pub(super) fn record(&mut self, msg: &[u8], req: Option<Request>) {
+        match self {
+            PlanRetry::Recording { log, synced, .. } => {
+                if *synced || req == Some(Request::Query) {
+                    *self = PlanRetry::Off;
+                    return;
+                }
+                log.push(LogItem::Sent {
+                    bytes: Bytes::copy_from_slice(msg),
+                    req,
+                });
+                *synced = req == Some(Request::Sync);
+            }
+            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
+            PlanRetry::Idle | PlanRetry::Off => {}
+        }
+    }
+
+    /// Keeps an answer of the pooler's queued in a batch being recorded.
+    pub(super) fn record_answer(&mut self, o: &Owed) {
         if let PlanRetry::Recording { log, synced, .. } = self {
-            if *synced || req == Request::Query {
+            if *synced {
                 *self = PlanRetry::Off;
                 return;
             }
-            log.extend_from_slice(msg);
-            *synced = req == Request::Sync;
+            log.push(LogItem::Answer(o.clone()));
         }
     }
 
@@ -79,6 +119,7 @@ impl PlanRetry {
                 kept,
                 log,
                 error: Bytes::copy_from_slice(error),
+                resend_ok: true,
             };
         }
         true
@@ -94,14 +135,19 @@ fn is_plan_change(error: &[u8]) -> bool {
 }
 
 impl Session<'_> {
-    /// At the batch's ReadyForQuery: retry if a plan-change error is held and the client is not
-    /// in a transaction (then the ReadyForQuery is swallowed: returns true); otherwise deliver
-    /// the held error before it. Resets the state for the next batch.
+    /// At the batch's ReadyForQuery: retry if a plan-change error is held, the client is not
+    /// in a transaction and nothing came after the batch (then the ReadyForQuery is swallowed:
+    /// returns true); otherwise deliver the held error before it. Resets for the next batch.
     pub(super) fn settle_retry(&mut self, status: u8) -> bool {
         match std::mem::take(&mut self.retry) {
-            PlanRetry::Failed { kept, log, error } => {
-                if status == backend::TX_IDLE {
-                    self.resend(&kept, &log);
+            PlanRetry::Failed {
+                kept,
+                log,
+                error,
+                resend_ok,
+            } => {
+                if status == backend::TX_IDLE && resend_ok {
+                    self.resend(&kept, log);
                     self.retry = PlanRetry::Off;
                     true
                 } else {
@@ -113,44 +159,45 @@ impl Session<'_> {
         }
     }
 
-    fn resend(&mut self, kept: &Arc<Kept>, log: &BytesMut) {
+    fn resend(&mut self, kept: &Arc<Kept>, log: Vec<LogItem>) {
         let Some(srv) = self.server.as_mut() else {
             return;
         };
+        self.shared.metrics.prepared.plan_retries.inc();
         tracing::info!(
             client = self.id,
             "statement plan changed after DDL: re-preparing and retrying once"
         );
-        f::close_statement(&mut self.sout, &kept.server_name);
-        srv.replies.push(Owed::InjectedClose);
-        srv.statements.remove(&kept.server_name);
+        // The server still has the statement with its old plan: replace it.
+        if srv.statements.holds(&kept.server_name).is_some() {
+            f::close_statement(&mut self.sout, &kept.server_name);
+            srv.replies.push(Owed::InjectedClose {
+                server_name: kept.server_name.clone(),
+                id: kept.id,
+            });
+            srv.statements.remove(&kept.server_name);
+        }
         let client_name = client_name(&kept.server_name, self.id);
         let replay = Owed::Replay {
             server_name: kept.server_name.clone(),
             id: kept.id,
         };
-        self.send_parse(kept, &client_name, replay);
-        let mut rest = BytesMut::from(&log[..]);
-        while let Ok(Some(m)) = frame::cut(&mut rest, usize::MAX) {
-            let owed = match m.tag {
-                f::BIND_TAG => Owed::Client(Request::Bind),
-                f::EXECUTE_TAG => Owed::Client(Request::Execute),
-                f::DESCRIBE_TAG => Owed::Client(Request::Describe),
-                f::CLOSE_TAG => Owed::Client(Request::Close),
-                f::PARSE_TAG => Owed::Client(Request::Parse),
-                f::SYNC_TAG => Owed::Client(Request::Sync),
-                _ => {
-                    self.sout.extend_from_slice(&m.bytes);
-                    continue;
+        self.send_parse(kept, &client_name, replay, false);
+        for item in log {
+            match item {
+                LogItem::Sent { bytes, req } => {
+                    self.sout.extend_from_slice(&bytes);
+                    if let Some(r) = req {
+                        self.owe(Owed::Client(r));
+                    }
                 }
-            };
-            self.sout.extend_from_slice(&m.bytes);
-            self.owe(owed);
+                LogItem::Answer(o) => self.owe(o),
+            }
         }
     }
 }
 
-/// The client's name back from `p<c>_<name>`.
+/// The client's name back from `p<c>_<name>` (a numbered `P` name has none: use it as is).
 fn client_name(server_name: &[u8], client: u64) -> Vec<u8> {
     let prefix = format!("p{client}_");
     server_name

@@ -2,7 +2,7 @@
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,6 +37,7 @@ enum Progress {
 enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
+    Abort,
 }
 
 pub struct Session<'a> {
@@ -69,9 +70,18 @@ pub struct Session<'a> {
     pub(super) retry: super::retry::PlanRetry,
     /// The held server answered everything it owed with ReadyForQuery: it may go back.
     pub(super) release_due: bool,
+    /// Nothing has been executed yet in the current batch (for the plan-change retry).
+    pub(super) batch_clean: bool,
     /// Statement mode refused a transaction block: client bytes received before the refusal
     /// (the rest of that block) are answered with 25P02 instead of being run.
     pub(super) refused_bytes: usize,
+    /// This session's membership of its pool (client counts).
+    _member: crate::pool::PoolClient,
+    /// When the held server was taken, and when the request in flight was sent.
+    pub(super) held_since: Option<Instant>,
+    pub(super) request_since: Option<Instant>,
+    /// Kept statements already counted in the gauge.
+    pub(super) kept_counted: usize,
 }
 
 impl<'a> Session<'a> {
@@ -80,7 +90,7 @@ impl<'a> Session<'a> {
         Session {
             id: login.id,
             client,
-            pool: login.pool,
+            pool: login.pool.clone(),
             params: login.params,
             cancel: login.cancel,
             cbuf: if login.leftover.is_empty() {
@@ -101,7 +111,12 @@ impl<'a> Session<'a> {
             skipped: Vec::new(),
             retry: Default::default(),
             release_due: false,
+            batch_clean: true,
             refused_bytes: 0,
+            _member: login.pool.attach(),
+            held_since: None,
+            request_since: None,
+            kept_counted: 0,
             shared,
         }
     }
@@ -151,12 +166,11 @@ impl<'a> Session<'a> {
     }
 
     async fn wait_readable(&self) -> Result<(), ClientError> {
+        let l = &self.shared.lifecycle;
         tokio::select! {
             r = self.client.readable() => Ok(r?),
-            _ = self.shared.shutdown.cancelled() => Err(ClientError::Fatal {
-                code: sqlstate::ADMIN_SHUTDOWN,
-                message: "droid-pool is shutting down".into(),
-            }),
+            _ = l.close_idle.cancelled() => Err(ClientError::Shutdown { forced: false }),
+            _ = l.abort.cancelled() => Err(ClientError::Shutdown { forced: true }),
         }
     }
 
@@ -166,7 +180,9 @@ impl<'a> Session<'a> {
         loop {
             match self.next_event().await {
                 Event::Client(r) => {
-                    if r? == 0 || self.on_client().await? == Flow::Quit {
+                    let n = r?;
+                    self.shared.metrics.clients.bytes_in.inc_by(n as u64);
+                    if n == 0 || self.on_client().await? == Flow::Quit {
                         return Ok(Flow::Quit);
                     }
                 }
@@ -179,12 +195,18 @@ impl<'a> Session<'a> {
                     Err(e) => return Err(ClientError::ServerLost(e.to_string())),
                     Ok(_) => {
                         self.on_server().await?;
+                        if self.at_session_boundary()
+                            && self.shared.lifecycle.close_idle.is_cancelled()
+                        {
+                            return Err(ClientError::Shutdown { forced: false });
+                        }
                         // Statement mode may have held client messages back until now.
                         if self.has_whole_message() && self.on_client().await? == Flow::Quit {
                             return Ok(Flow::Quit);
                         }
                     }
                 },
+                Event::Abort => return Err(ClientError::Shutdown { forced: true }),
             }
             if self.server.is_none() && self.cbuf.is_empty() {
                 return Ok(Flow::Continue);
@@ -193,6 +215,7 @@ impl<'a> Session<'a> {
     }
 
     async fn next_event(&mut self) -> Event {
+        let abort = &self.shared.lifecycle.abort;
         match self.server.as_mut() {
             Some(srv) => {
                 if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
@@ -201,9 +224,13 @@ impl<'a> Session<'a> {
                 tokio::select! {
                     r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
                     r = srv.stream.read_buf(&mut srv.rbuf) => Event::Server(r),
+                    _ = abort.cancelled() => Event::Abort,
                 }
             }
-            None => Event::Client(read_some(self.client, &mut self.cbuf).await),
+            None => tokio::select! {
+                r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
+                _ = abort.cancelled() => Event::Abort,
+            },
         }
     }
 
@@ -211,6 +238,7 @@ impl<'a> Session<'a> {
     /// brings its session settings in line with the client's.
     pub(super) async fn acquire(&mut self) -> Result<(), ClientError> {
         let pool = self.pool.clone();
+        let started = Instant::now();
         let checkout = pool.checkout();
         tokio::pin!(checkout);
         let mut conn = loop {
@@ -230,16 +258,43 @@ impl<'a> Session<'a> {
             }
             return Err(e);
         }
+        let now = Instant::now();
+        self.shared
+            .metrics
+            .clients
+            .wait_seconds
+            .observe(now.duration_since(started).as_secs_f64());
+        self.held_since = Some(now);
         self.shared.events.client_uses_server(self.id, conn.id);
         self.cancel.set(conn.addr, conn.key);
         self.status = backend::TX_IDLE;
         self.release_due = false;
+        self.batch_clean = true;
         self.server = Some(conn);
         Ok(())
     }
 
+    fn count_transaction(&mut self) {
+        if let Some(since) = self.held_since.take() {
+            let m = &self.shared.metrics.clients;
+            m.transactions.inc();
+            m.transaction_seconds.observe(since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Brings the kept-statements gauge up to date with this session's count.
+    pub(super) fn count_kept(&mut self) {
+        let now = self.statements.len();
+        if now != self.kept_counted {
+            let gauge = &self.shared.metrics.prepared.kept;
+            gauge.add(now as i64 - self.kept_counted as i64);
+            self.kept_counted = now;
+        }
+    }
+
     /// Gives the server back at a transaction boundary.
     pub(super) fn release(&mut self) {
+        self.count_transaction();
         if let Some(conn) = self.server.take() {
             self.shared.events.client_released_server(self.id, conn.id);
             self.cancel.clear();
@@ -256,6 +311,19 @@ impl<'a> Session<'a> {
                 return Err(ClientError::Pool(e));
             }
         }
+        let reason = match &e {
+            PoolError::WaitTimeout { .. } => "wait_timeout",
+            PoolError::TooManyWaiting { .. } => "waiting_full",
+            PoolError::Closed(_) => "shutting_down",
+            PoolError::Server { .. } => "server_unavailable",
+        };
+        self.shared
+            .metrics
+            .clients
+            .shed
+            .with_label_values(&[reason])
+            .inc();
+        self.shared.metrics.pooler_error(e.sqlstate());
         let fields = super::error::error_fields(e.sqlstate(), e.to_string());
         backend::error_response(&mut self.cout, &fields);
         if tag == frontend::QUERY_TAG || tag == frontend::FUNCTION_CALL_TAG {
@@ -269,7 +337,11 @@ impl<'a> Session<'a> {
     /// An answer of the pooler's own, kept in its place after what the server still owes.
     pub(super) fn answer(&mut self, msg: Bytes) {
         match self.server.as_mut() {
-            Some(srv) if !srv.replies.is_empty() => srv.replies.push(Owed::Synthetic(msg)),
+            Some(srv) if !srv.replies.is_empty() => {
+                let o = Owed::Synthetic(msg);
+                self.retry.record_answer(&o);
+                srv.replies.push(o);
+            }
             _ => self.cout.extend_from_slice(&msg),
         }
     }
@@ -286,6 +358,7 @@ impl<'a> Session<'a> {
 
     /// An ERROR answered by the pooler, after which the client's messages are skipped to Sync.
     pub(super) fn pooler_error(&mut self, code: &str, message: String) {
+        self.shared.metrics.pooler_error(code);
         let mut m = BytesMut::new();
         backend::error_response(&mut m, &super::error::error_fields(code, message));
         self.answer(m.freeze());
@@ -336,11 +409,24 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         self.client.write_all(&self.cout).await?;
+        self.shared
+            .metrics
+            .clients
+            .bytes_out
+            .inc_by(self.cout.len() as u64);
         self.cout.clear();
         if self.cout.capacity() > SHRINK_ABOVE {
             self.cout = BytesMut::new();
         }
         Ok(())
+    }
+
+    /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.
+    fn at_session_boundary(&self) -> bool {
+        self.mode == PoolMode::Session
+            && self.status == backend::TX_IDLE
+            && self.server.as_ref().is_some_and(|s| s.replies.is_empty())
+            && self.cbuf.is_empty()
     }
 
     fn has_whole_message(&self) -> bool {
@@ -360,6 +446,13 @@ impl<'a> Session<'a> {
     /// Returns the held server if it is idle and in step; otherwise closes it. A session-mode
     /// server is reset first.
     fn finish(&mut self, server_ok: bool) {
+        self.shared
+            .metrics
+            .prepared
+            .kept
+            .sub(self.kept_counted as i64);
+        self.kept_counted = 0;
+        self.count_transaction();
         let Some(conn) = self.server.take() else {
             return;
         };

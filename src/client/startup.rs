@@ -117,7 +117,14 @@ async fn login_inner(
     let client_id = shared.counters.next_client_id();
     *id = Some(client_id);
     shared.events.client_connected(client_id);
+    shared.metrics.clients.connections.inc();
     if shared.counters.clients_open.load(Ordering::Relaxed) > cfg.max_connections {
+        shared
+            .metrics
+            .clients
+            .shed
+            .with_label_values(&["too_many_clients"])
+            .inc();
         return Err(ClientError::Fatal {
             code: sqlstate::TOO_MANY_CONNECTIONS,
             message: "sorry, too many clients already".into(),

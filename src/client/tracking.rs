@@ -2,13 +2,14 @@
 //! modes): named statements are renamed `p<c>_<name>` on servers, replayed where missing, and
 //! unknown or duplicate names are answered by the pooler (26000 / 42P05).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
-use super::error::ClientError;
+use super::error::{error_fields, ClientError};
 use super::session::Session;
 use crate::prepared::{self, Kept, Presence};
+use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
-use crate::protocol::{backend, sqlstate, ParseError};
+use crate::protocol::{backend, sqlstate, Cursor, ParseError};
 use crate::server::{Owed, Request};
 
 fn malformed(e: ParseError) -> ClientError {
@@ -41,88 +42,87 @@ impl Session<'_> {
 
     pub(super) fn on_tracked(&mut self, tag: u8, msg: &BytesMut) -> Result<(), ClientError> {
         match tag {
-            f::PARSE_TAG => self.tracked_parse(msg),
+            f::PARSE_TAG => self.tracked_parse(msg)?,
             f::BIND_TAG => {
                 let span = f::bind_statement(msg).map_err(malformed)?;
                 self.tracked_use(msg, span, Request::Bind);
-                Ok(())
             }
             f::DESCRIBE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => {
-                    self.tracked_use(msg, span, Request::Describe);
-                    Ok(())
-                }
-                _ => {
-                    self.forward(msg, Request::Describe);
-                    Ok(())
-                }
+                (b'S', span) if span.len > 0 => self.tracked_use(msg, span, Request::Describe),
+                _ => self.forward(msg, Request::Describe),
             },
             f::CLOSE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => {
-                    // Forget it and answer ourselves; server copies stay until evicted.
-                    self.statements.remove(span.get(msg));
-                    let mut m = BytesMut::new();
-                    backend::empty(&mut m, backend::CLOSE_COMPLETE_TAG);
-                    self.answer(m.freeze());
-                    Ok(())
-                }
-                _ => {
-                    self.forward(msg, Request::Close);
-                    Ok(())
-                }
+                (b'S', span) if span.len > 0 => self.tracked_close(span.get(msg)),
+                _ => self.forward(msg, Request::Close),
             },
-            _ => Ok(()),
+            _ => {}
         }
+        Ok(())
     }
 
-    /// SQL that drops every prepared statement (`DEALLOCATE ALL`, `DISCARD ALL`) clears the
-    /// client's statements and the held server's record, in pipeline order: a Parse sent after
-    /// it is kept.
-    pub(super) fn note_sql(&mut self, sql: &[u8]) {
-        if prepared::drops_all_statements(sql) {
-            self.statements.clear();
-            if let Some(srv) = self.server.as_mut() {
-                srv.statements.clear();
+    /// Close S: forget the statement and answer CloseComplete ourselves; the server copies
+    /// stay until evicted. If the server skips this point of the batch (an earlier error), the
+    /// statement comes back, as it would on a server.
+    fn tracked_close(&mut self, name: &[u8]) {
+        let mut reply = BytesMut::new();
+        backend::empty(&mut reply, backend::CLOSE_COMPLETE_TAG);
+        let reply = reply.freeze();
+        let removed = self.statements.remove(name);
+        let pending = self.server.as_ref().is_some_and(|s| !s.replies.is_empty());
+        match removed {
+            Some(kept) if pending => {
+                let o = Owed::ClientClose {
+                    name: Bytes::copy_from_slice(name),
+                    kept,
+                    reply,
+                };
+                self.retry.record_answer(&o);
+                self.owe(o);
             }
+            _ => self.answer(reply),
         }
     }
 
     fn tracked_parse(&mut self, msg: &BytesMut) -> Result<(), ClientError> {
         let span = f::parse_statement(msg).map_err(malformed)?;
         if span.len == 0 {
-            let mut c = crate::protocol::Cursor::new(&msg[span.start..]);
-            let _ = c.cstr();
-            self.note_sql(c.cstr().unwrap_or_default());
             self.forward(msg, Request::Parse);
             return Ok(());
         }
         let name = Bytes::copy_from_slice(span.get(msg));
-        if self.statements.get(&name).is_some() {
-            self.pooler_error(
-                sqlstate::DUPLICATE_PREPARED_STATEMENT,
-                format!(
+        let mut close_stale = true;
+        if let Some(existing) = self.statements.get(&name) {
+            // Its Parse still in flight in an earlier batch may yet fail: then let the server
+            // decide, as it would without a pooler. Otherwise the name is taken.
+            let undecided = !existing.is_confirmed()
+                && self
+                    .server
+                    .as_ref()
+                    .is_some_and(|s| s.replies.parse_pending_before_sync(existing.id));
+            if !undecided {
+                let text = format!(
                     "prepared statement \"{}\" already exists",
                     String::from_utf8_lossy(&name)
-                ),
-            );
-            return Ok(());
+                );
+                self.refuse(sqlstate::DUPLICATE_PREPARED_STATEMENT, text);
+                return Ok(());
+            }
+            close_stale = false;
         }
-        let server_name = prepared::server_name(self.id, &name);
-        let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
-        f::write_renamed(&mut renamed, msg, span, &server_name);
-        let kept = self
-            .statements
-            .insert(name.clone(), server_name.clone(), renamed.freeze());
+        let client = self.id;
+        let kept = self.statements.insert(name.clone(), |id| {
+            let server_name = prepared::server_name(client, &name, id);
+            let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
+            f::write_renamed(&mut renamed, msg, span, &server_name);
+            (server_name, renamed.freeze())
+        });
         self.retry.disable();
-        self.send_parse(
-            &kept,
-            &name,
-            Owed::TrackedParse {
-                name: name.clone(),
-                server_name,
-                id: kept.id,
-            },
-        );
+        let owed = Owed::TrackedParse {
+            name: name.clone(),
+            server_name: kept.server_name.clone(),
+            id: kept.id,
+        };
+        self.send_parse(&kept, &name, owed, close_stale);
         Ok(())
     }
 
@@ -139,7 +139,7 @@ impl Session<'_> {
                 "prepared statement \"{}\" does not exist",
                 String::from_utf8_lossy(name)
             );
-            self.pooler_error(sqlstate::INVALID_SQL_STATEMENT_NAME, text);
+            self.refuse(sqlstate::INVALID_SQL_STATEMENT_NAME, text);
             return;
         };
         let srv = self
@@ -152,44 +152,140 @@ impl Session<'_> {
                 server_name: kept.server_name.clone(),
                 id: kept.id,
             };
-            self.send_parse(&kept, &name, replay);
+            self.shared.metrics.prepared.replays.inc();
+            self.send_parse(&kept, &name, replay, true);
         }
         let start = self.sout.len();
         f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
         if req == Request::Bind {
+            let clean = self.batch_clean;
+            self.batch_clean = false;
             self.owe(Owed::TrackedBind { id: kept.id });
-            self.retry.start(&kept, &self.sout[start..]);
+            self.retry.start(&kept, &self.sout[start..], clean);
         } else {
             self.owe(Owed::Client(req));
-            self.retry.disable();
+            let sent = self.sout.split_off(start);
+            self.retry.record(&sent, Some(req));
+            self.sout.unsplit(sent);
         }
     }
 
-    /// Sends a kept Parse to the held server: closes a stale copy of the same name and the
-    /// least recently used statements beyond the bound first (their replies swallowed).
-    pub(super) fn send_parse(&mut self, kept: &Kept, client_name: &[u8], owed: Owed) {
+    /// The pooler refuses a message (unknown or duplicate name). Holding no server, it
+    /// answers itself and skips to Sync. Holding one, it sends the server a message that fails
+    /// and puts its own error in place of the server's, so a transaction fails as it would.
+    fn refuse(&mut self, code: &str, text: String) {
+        if self.server.is_none() {
+            self.pooler_error(code, text);
+            return;
+        }
+        self.shared.metrics.pooler_error(code);
+        let mut error = BytesMut::new();
+        backend::error_response(&mut error, &error_fields(code, text));
+        // A Bind of a name no client can have: `P` names are only numbered ones.
+        let missing = format!("P{}_missing", self.id);
+        let mut fail = BytesMut::new();
+        let at = begin(&mut fail, f::BIND_TAG);
+        fail.put_u8(0);
+        fail.put_slice(missing.as_bytes());
+        fail.put_u8(0);
+        fail.put_slice(&[0, 0, 0, 0, 0, 0]);
+        finish(&mut fail, at);
+        self.sout.extend_from_slice(&fail);
+        self.retry.disable();
+        self.owe(Owed::Substitute {
+            error: error.freeze(),
+            req: Request::Bind,
+        });
+    }
+
+    /// Sends a kept Parse to the held server: closes a stale copy of the same name (unless
+    /// told not to) and the least recently used statements beyond the bound first (their
+    /// replies swallowed).
+    pub(super) fn send_parse(
+        &mut self,
+        kept: &Kept,
+        client_name: &[u8],
+        owed: Owed,
+        close_stale: bool,
+    ) {
         let srv = self
             .server
             .as_mut()
             .expect("a tracked Parse is sent only while a server is held");
-        if srv.statements.presence(&kept.server_name, kept.id) == Presence::Stale {
-            f::close_statement(&mut self.sout, &kept.server_name);
-            srv.replies.push(Owed::InjectedClose);
-            srv.statements.remove(&kept.server_name);
+        if close_stale {
+            if let Some(old) = srv.statements.holds(&kept.server_name) {
+                if old != kept.id {
+                    f::close_statement(&mut self.sout, &kept.server_name);
+                    srv.replies.push(Owed::InjectedClose {
+                        server_name: kept.server_name.clone(),
+                        id: old,
+                    });
+                    srv.statements.remove(&kept.server_name);
+                }
+            }
         }
         while srv.statements.len() >= self.max_prepared {
-            let Some(victim) = srv.statements.lru_victim(&kept.server_name) else {
+            let Some((victim, id)) = srv.statements.lru_victim(&kept.server_name) else {
                 break;
             };
             f::close_statement(&mut self.sout, &victim);
-            srv.replies.push(Owed::InjectedClose);
+            self.shared.metrics.prepared.evictions.inc();
+            srv.replies.push(Owed::InjectedClose {
+                server_name: victim.clone(),
+                id,
+            });
             srv.statements.remove(&victim);
         }
         self.sout.extend_from_slice(&kept.parse);
         srv.replies.push(owed);
+        self.release_due = false;
         srv.statements.add(kept.server_name.clone(), kept.id);
         self.shared
             .events
             .client_prepares(self.id, client_name, srv.id);
+    }
+}
+
+/// A server ErrorResponse that names a renamed statement (`"p<c>_name"`) is rewritten to the
+/// client's name, so clients never see the pooler's names. `None` when there is nothing to do.
+pub(super) fn unrename_error(msg: &[u8], client: u64) -> Option<BytesMut> {
+    let needle = format!("\"p{client}_");
+    let body = msg.get(HEADER_LEN..)?;
+    if !body.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(msg.len());
+    let at = begin(&mut out, msg[0]);
+    let mut c = Cursor::new(body);
+    loop {
+        let kind = c.u8().ok()?;
+        out.put_u8(kind);
+        if kind == 0 {
+            break;
+        }
+        let value = String::from_utf8_lossy(c.cstr().ok()?).replace(&needle, "\"");
+        out.put_slice(value.as_bytes());
+        out.put_u8(0);
+    }
+    finish(&mut out, at);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_names_are_hidden_in_errors() {
+        let mut m = BytesMut::new();
+        backend::error_response(
+            &mut m,
+            &error_fields("42P05", "prepared statement \"p7_q\" already exists".into()),
+        );
+        let out = unrename_error(&m, 7).expect("rewritten");
+        let fields = backend::parse_error(&out[HEADER_LEN..]).unwrap();
+        assert_eq!(fields.message, "prepared statement \"q\" already exists");
+        assert_eq!(fields.code, "42P05");
+        assert!(unrename_error(&m, 8).is_none());
     }
 }

@@ -35,6 +35,12 @@ pub struct Cli {
     /// Track named prepared statements so they survive transaction pooling.
     #[arg(long)]
     pub track_prepared: bool,
+    /// Port of the admin HTTP server (probes, /metrics, /status) [default: 9127].
+    #[arg(long)]
+    pub admin_port: Option<u16>,
+    /// Address of the admin HTTP server [default: 127.0.0.1].
+    #[arg(long)]
+    pub admin_addr: Option<IpAddr>,
     /// Log format for diagnostics on stderr (filter with RUST_LOG) [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<CliLogFormat>,
@@ -69,6 +75,12 @@ impl Cli {
         }
         if self.track_prepared {
             cfg.pool.track_prepared = true;
+        }
+        if let Some(p) = self.admin_port {
+            cfg.admin.port = p;
+        }
+        if let Some(a) = self.admin_addr {
+            cfg.admin.addr = a;
         }
         if let Some(f) = self.log_format {
             cfg.log.format = match f {

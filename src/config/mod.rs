@@ -79,6 +79,46 @@ pub struct Config {
     pub client: ClientConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
+    pub admin: AdminConfig,
+    pub drain: DrainConfig,
+}
+
+/// The admin HTTP server: probes, metrics, status, reload and drain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    pub addr: IpAddr,
+    pub port: u16,
+    /// Bearer token that allows `POST /reload` and `POST /drain` from non-loopback peers.
+    pub token: Option<Secret>,
+    /// Also report not-ready while no server login has succeeded recently (off: a shared
+    /// database outage must not withdraw every replica).
+    pub readiness_checks_backend: bool,
+    /// Also export pool gauges under pgbouncer_exporter's names.
+    pub pgbouncer_metric_names: bool,
+}
+
+/// What SIGTERM does to clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainMode {
+    /// Serve every client until it disconnects (the application drains itself): sidecars.
+    #[default]
+    WaitForClients,
+    /// Close each client at its next transaction boundary with 57P01: shared poolers.
+    TransactionBoundary,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrainConfig {
+    pub mode: DrainMode,
+    /// New connections are still accepted this long after SIGTERM (endpoint removal is late).
+    #[serde(with = "humantime_serde")]
+    pub accept_window: Duration,
+    /// The whole drain's deadline; set it a few seconds below terminationGracePeriodSeconds.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -171,6 +211,28 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// Print the `[POOL] ...` event lines on stdout.
     pub events: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            addr: IpAddr::from([127, 0, 0, 1]),
+            port: 9127,
+            token: None,
+            readiness_checks_backend: false,
+            pgbouncer_metric_names: true,
+        }
+    }
+}
+
+impl Default for DrainConfig {
+    fn default() -> Self {
+        DrainConfig {
+            mode: DrainMode::WaitForClients,
+            accept_window: Duration::from_secs(5),
+            timeout: Duration::from_secs(25),
+        }
+    }
 }
 
 impl Default for ListenConfig {
@@ -315,6 +377,12 @@ impl Config {
         }
         if c.max_startup_packet < 64 || c.max_startup_packet > 1 << 20 {
             return bad("client.max_startup_packet must be between 64 and 1048576".into());
+        }
+        if self.drain.accept_window >= self.drain.timeout {
+            return bad(format!(
+                "drain.accept_window ({:?}) must be shorter than drain.timeout ({:?})",
+                self.drain.accept_window, self.drain.timeout
+            ));
         }
         if c.max_connections == 0 {
             return bad("client.max_connections must be at least 1".into());

@@ -17,10 +17,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::events::Events;
+use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
 use crate::protocol::sqlstate;
 use crate::server::{self, Server, ServerConn, ServerError, ServerTarget};
 use crate::shared::Counters;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 #[derive(Debug, Error, Clone)]
 pub enum PoolError {
@@ -91,6 +93,14 @@ impl PoolSettings {
     }
 }
 
+/// What a pool shares with the rest of the pooler.
+pub struct PoolDeps {
+    pub events: Events,
+    pub counters: Arc<Counters>,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: CancellationToken,
+}
+
 type Waiter = oneshot::Sender<Result<Server, PoolError>>;
 
 #[derive(Default)]
@@ -118,28 +128,50 @@ struct PoolInner {
     state: Mutex<PoolState>,
     events: Events,
     counters: Arc<Counters>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    /// Whether the last server login succeeded.
+    login_ok: std::sync::atomic::AtomicBool,
+    /// Sessions attached to this pool.
+    clients: AtomicI64,
+    /// Sessions waiting in checkout.
+    waiting: AtomicI64,
+    database: String,
+    user: String,
+    mode: &'static str,
 }
 
 impl Pool {
     pub fn new(
-        name: String,
+        key: &PoolKey,
+        mode: &'static str,
         target: ServerTarget,
         settings: PoolSettings,
-        events: Events,
-        counters: Arc<Counters>,
-        shutdown: CancellationToken,
+        deps: PoolDeps,
     ) -> Pool {
+        let PoolDeps {
+            events,
+            counters,
+            metrics,
+            shutdown,
+        } = deps;
         let pool = Pool {
             inner: Arc::new(PoolInner {
-                name,
+                name: format!("{}/{}", key.database, key.user),
                 capacity: Arc::new(Semaphore::new(settings.size)),
                 target,
                 settings,
                 state: Mutex::new(PoolState::default()),
                 events,
                 counters,
+                metrics,
                 shutdown,
+                login_ok: std::sync::atomic::AtomicBool::new(true),
+                clients: AtomicI64::new(0),
+                waiting: AtomicI64::new(0),
+                database: key.database.clone(),
+                user: key.user.clone(),
+                mode,
             }),
         };
         maintenance::spawn(pool.clone());
@@ -154,6 +186,62 @@ impl Pool {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters more than stopping the pool would, so recover the guard.
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// No client holds this pool and it has no server: it can be dropped from the registry.
+    /// (The registry and the maintenance task hold the only two handles.)
+    pub(crate) fn is_unused(&self) -> bool {
+        Arc::strong_count(&self.inner) <= 2 && self.open_count() == 0
+    }
+
+    /// Stops the maintenance task of a pool dropped from the registry.
+    pub(crate) fn retire(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    pub fn last_login_ok(&self) -> bool {
+        self.inner.login_ok.load(Ordering::Relaxed)
+    }
+
+    /// Terminates every idle server and waits until that is sent.
+    pub async fn close_idle_now(&self) {
+        let idle: Vec<_> = self.lock().idle.drain(..).collect();
+        for conn in idle {
+            self.inner.events.server_closed(conn.id);
+            terminate(conn).await;
+        }
+    }
+
+    /// A session attaches to the pool for its life (for client counts).
+    pub fn attach(&self) -> PoolClient {
+        self.inner.clients.fetch_add(1, Ordering::Relaxed);
+        PoolClient(self.clone())
+    }
+
+    /// Counts of this pool now, for metrics and status.
+    pub fn snapshot(&self) -> PoolSnapshot {
+        let (idle, connecting, max_wait) = {
+            let st = self.lock();
+            (st.idle.len() as i64, st.connecting as i64, 0.0)
+        };
+        let open = self.open_count() as i64;
+        let active = (open - idle - connecting).max(0);
+        let clients = self.inner.clients.load(Ordering::Relaxed);
+        let waiting = self.inner.waiting.load(Ordering::Relaxed);
+        PoolSnapshot {
+            pool: self.inner.name.clone(),
+            database: self.inner.database.clone(),
+            user: self.inner.user.clone(),
+            mode: self.inner.mode,
+            clients_active: active,
+            clients_waiting: waiting,
+            clients_idle: (clients - active - waiting).max(0),
+            servers_active: active,
+            servers_idle: idle,
+            servers_login: connecting,
+            pool_size: self.inner.settings.size as i64,
+            max_wait_seconds: max_wait,
+        }
     }
 
     /// Server connections open or being opened.
@@ -202,6 +290,7 @@ impl Pool {
             rx
         };
         let wait = self.inner.settings.query_wait_timeout;
+        let _waiting = WaitingGuard::new(&self.inner.waiting);
         let res = if wait.is_zero() {
             rx.await
         } else {
@@ -304,6 +393,13 @@ impl Pool {
         self.lock().connecting -= 1;
         match res {
             Ok(mut conn) => {
+                self.inner
+                    .metrics
+                    .servers
+                    .connects
+                    .with_label_values(&["success"])
+                    .inc();
+                self.inner.login_ok.store(true, Ordering::Relaxed);
                 conn.id = self.inner.counters.next_server_id();
                 conn.permit = Some(permit);
                 conn.expires = self.expiry();
@@ -318,6 +414,18 @@ impl Pool {
             }
             Err(e) => {
                 drop(permit);
+                let result = if e.is_config_error() {
+                    "config_error"
+                } else {
+                    "failure"
+                };
+                self.inner
+                    .metrics
+                    .servers
+                    .connects
+                    .with_label_values(&[result])
+                    .inc();
+                self.inner.login_ok.store(false, Ordering::Relaxed);
                 self.login_failed(&e);
             }
         }
@@ -351,6 +459,31 @@ impl Pool {
             .lifetime
             .mul_f64(s.lifetime_jitter * rand::thread_rng().gen::<f64>());
         Some(Instant::now() + s.lifetime + jitter)
+    }
+}
+
+/// A session's membership of a pool; leaving decrements the client count.
+pub struct PoolClient(Pool);
+
+impl Drop for PoolClient {
+    fn drop(&mut self) {
+        self.0.inner.clients.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a waiting client for exactly as long as it waits (a dropped wait included).
+struct WaitingGuard<'a>(&'a AtomicI64);
+
+impl<'a> WaitingGuard<'a> {
+    fn new(n: &'a AtomicI64) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        WaitingGuard(n)
+    }
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -5,11 +5,15 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Pool, PoolSettings};
+use super::{Pool, PoolDeps, PoolSettings};
 use crate::config::Config;
 use crate::events::Events;
+use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::ServerTarget;
 use crate::shared::Counters;
+
+/// Pool count above which unused pools are swept on the next new one.
+const SWEEP_ABOVE: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -22,6 +26,7 @@ pub struct Pools {
     config: Arc<Config>,
     events: Events,
     counters: Arc<Counters>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     map: Mutex<HashMap<PoolKey, Pool>>,
 }
@@ -31,12 +36,14 @@ impl Pools {
         config: Arc<Config>,
         events: Events,
         counters: Arc<Counters>,
+        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Self {
         Pools {
             config,
             events,
             counters,
+            metrics,
             shutdown,
             map: Mutex::new(HashMap::new()),
         }
@@ -47,6 +54,17 @@ impl Pools {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = map.get(key) {
             return p.clone();
+        }
+        // Clients name any database and user they like: forget pools nobody uses, so made-up
+        // names cannot grow the pooler without bound.
+        if map.len() >= SWEEP_ABOVE {
+            map.retain(|_, p| {
+                let keep = !p.is_unused();
+                if !keep {
+                    p.retire();
+                }
+                keep
+            });
         }
         let cfg = &self.config;
         let target = ServerTarget {
@@ -62,19 +80,36 @@ impl Pools {
             connect_timeout: cfg.server.connect_timeout,
         };
         let pool = Pool::new(
-            format!("{}/{}", key.database, key.user),
+            key,
+            cfg.pool.mode.as_str(),
             target,
             PoolSettings::from_config(cfg),
-            self.events,
-            self.counters.clone(),
-            self.shutdown.child_token(),
+            PoolDeps {
+                events: self.events,
+                counters: self.counters.clone(),
+                metrics: self.metrics.clone(),
+                shutdown: self.shutdown.child_token(),
+            },
         );
         map.insert(key.clone(), pool.clone());
         pool
     }
 
+    /// Closes every idle server politely (Terminate), waiting for the goodbyes to be sent.
+    pub async fn close_all(&self) {
+        for pool in self.all() {
+            pool.close_idle_now().await;
+        }
+    }
+
     pub fn all(&self) -> Vec<Pool> {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.values().cloned().collect()
+    }
+}
+
+impl SnapshotSource for Pools {
+    fn snapshots(&self) -> Vec<PoolSnapshot> {
+        self.all().iter().map(Pool::snapshot).collect()
     }
 }

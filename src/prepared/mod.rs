@@ -2,6 +2,7 @@
 //! Parse (kept so they can be replayed), and which of them each server connection holds.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,10 +12,19 @@ use bytes::Bytes;
 pub struct Kept {
     /// Unique per client for its lifetime: tells a re-made statement from the one it replaced.
     pub id: u64,
-    /// `p<c>_<name>`: the name on every server connection.
+    /// The name on every server connection: `p<c>_<name>`, or `P<c>_<id>` when that would
+    /// exceed PostgreSQL's 63-byte names (a capital P cannot collide with the first form).
     pub server_name: Bytes,
     /// The client's Parse, already renamed, ready to send (or replay) as is.
     pub parse: Bytes,
+    /// A server has answered this Parse with ParseComplete.
+    pub confirmed: AtomicBool,
+}
+
+impl Kept {
+    pub fn is_confirmed(&self) -> bool {
+        self.confirmed.load(Ordering::Relaxed)
+    }
 }
 
 /// The named statements of one client.
@@ -22,6 +32,8 @@ pub struct Kept {
 pub struct ClientStatements {
     map: HashMap<Bytes, Arc<Kept>>,
     next_id: u64,
+    /// Statements replaced by a Parse whose outcome is not known yet: restored if it fails.
+    replaced: Vec<(u64, Arc<Kept>)>,
 }
 
 impl ClientStatements {
@@ -29,31 +41,71 @@ impl ClientStatements {
         self.map.get(name)
     }
 
-    /// Keeps a statement made from `parse` (renamed already); returns it.
-    pub fn insert(&mut self, name: Bytes, server_name: Bytes, parse: Bytes) -> Arc<Kept> {
+    /// The id the next statement will get: statements below it were made before now.
+    pub fn next_id(&self) -> u64 {
+        self.next_id + 1
+    }
+
+    /// Keeps a statement made from a Parse; `rename` gives its server name and renamed Parse
+    /// from its id. A statement it replaces is remembered until the Parse is settled.
+    pub fn insert(&mut self, name: Bytes, rename: impl FnOnce(u64) -> (Bytes, Bytes)) -> Arc<Kept> {
         self.next_id += 1;
+        let id = self.next_id;
+        let (server_name, parse) = rename(id);
         let kept = Arc::new(Kept {
-            id: self.next_id,
+            id,
             server_name,
             parse,
+            confirmed: AtomicBool::new(false),
         });
-        self.map.insert(name, kept.clone());
+        if let Some(old) = self.map.insert(name, kept.clone()) {
+            self.replaced.push((id, old));
+        }
         kept
+    }
+
+    /// The server accepted statement `id`'s Parse.
+    pub fn confirm(&mut self, name: &[u8], id: u64) {
+        if let Some(k) = self.map.get(name).filter(|k| k.id == id) {
+            k.confirmed.store(true, Ordering::Relaxed);
+        }
+        self.replaced.retain(|(by, _)| *by != id);
+    }
+
+    /// The server rejected (or skipped) statement `id`'s Parse: forget it, bringing back the
+    /// statement it replaced, which the server still has. Returns that statement.
+    pub fn reject(&mut self, name: &[u8], id: u64) -> Option<Arc<Kept>> {
+        let old = self
+            .replaced
+            .iter()
+            .position(|(by, _)| *by == id)
+            .map(|i| self.replaced.swap_remove(i).1);
+        if self.map.get(name).is_some_and(|k| k.id == id) {
+            match &old {
+                Some(o) => {
+                    self.map.insert(Bytes::copy_from_slice(name), o.clone());
+                }
+                None => {
+                    self.map.remove(name);
+                }
+            }
+        }
+        old
     }
 
     pub fn remove(&mut self, name: &[u8]) -> Option<Arc<Kept>> {
         self.map.remove(name)
     }
 
-    /// Forgets `name` only if it is still the statement with this id.
-    pub fn remove_if(&mut self, name: &[u8], id: u64) {
-        if self.map.get(name).is_some_and(|k| k.id == id) {
-            self.map.remove(name);
-        }
+    /// Puts back a statement whose Close the server skipped, unless the name was reused.
+    pub fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
+        self.map.entry(Bytes::copy_from_slice(name)).or_insert(kept);
     }
 
-    pub fn clear(&mut self) {
-        self.map.clear();
+    /// Forgets statements made before `before` (a DEALLOCATE ALL or DISCARD ALL ran).
+    pub fn drop_older_than(&mut self, before: u64) {
+        self.map.retain(|_, k| k.id >= before);
+        self.replaced.retain(|(by, _)| *by >= before);
     }
 
     pub fn len(&self) -> usize {
@@ -65,20 +117,35 @@ impl ClientStatements {
     }
 }
 
-/// The server name of client `client`'s statement `name`.
-pub fn server_name(client: u64, name: &[u8]) -> Bytes {
+/// PostgreSQL keeps the first 63 bytes of a name (NAMEDATALEN - 1).
+pub const MAX_NAME: usize = 63;
+
+/// The server name of client `client`'s statement `name` (number `id`).
+pub fn server_name(client: u64, name: &[u8], id: u64) -> Bytes {
     let mut v = Vec::with_capacity(name.len() + 24);
     v.push(b'p');
     v.extend_from_slice(client.to_string().as_bytes());
     v.push(b'_');
     v.extend_from_slice(name);
+    if v.len() > MAX_NAME {
+        v.clear();
+        v.extend_from_slice(format!("P{client}_{id}").as_bytes());
+    }
     Bytes::from(v)
 }
 
-/// What one server connection holds: server name → (statement id, last use), for LRU bounds.
+/// One server copy: which statement it is, when it was last used and when it was made.
+#[derive(Debug, Clone, Copy)]
+struct ServerCopy {
+    id: u64,
+    used: u64,
+    added: u64,
+}
+
+/// What one server connection holds: server name → copy, for LRU bounds.
 #[derive(Debug, Default)]
 pub struct ServerStatements {
-    map: HashMap<Bytes, (u64, u64)>,
+    map: HashMap<Bytes, ServerCopy>,
     tick: u64,
 }
 
@@ -98,8 +165,8 @@ impl ServerStatements {
     pub fn presence(&mut self, server_name: &[u8], id: u64) -> Presence {
         self.tick += 1;
         match self.map.get_mut(server_name) {
-            Some((have, used)) if *have == id => {
-                *used = self.tick;
+            Some(c) if c.id == id => {
+                c.used = self.tick;
                 Presence::Present
             }
             Some(_) => Presence::Stale,
@@ -107,9 +174,24 @@ impl ServerStatements {
         }
     }
 
+    /// The sequence number the next copy will get: copies below it exist before now.
+    pub fn next_seq(&self) -> u64 {
+        self.tick + 1
+    }
+
     pub fn add(&mut self, server_name: Bytes, id: u64) {
         self.tick += 1;
-        self.map.insert(server_name, (id, self.tick));
+        let c = ServerCopy {
+            id,
+            used: self.tick,
+            added: self.tick,
+        };
+        self.map.insert(server_name, c);
+    }
+
+    /// The id of the copy under this name, if any.
+    pub fn holds(&self, server_name: &[u8]) -> Option<u64> {
+        self.map.get(server_name).map(|c| c.id)
     }
 
     pub fn remove(&mut self, server_name: &[u8]) {
@@ -118,13 +200,14 @@ impl ServerStatements {
 
     /// Forgets a copy only if it is still the statement with this id.
     pub fn remove_if(&mut self, server_name: &[u8], id: u64) {
-        if self
-            .map
-            .get(server_name)
-            .is_some_and(|(have, _)| *have == id)
-        {
+        if self.map.get(server_name).is_some_and(|c| c.id == id) {
             self.map.remove(server_name);
         }
+    }
+
+    /// Forgets copies made before `seq` (the server ran DEALLOCATE ALL or DISCARD ALL).
+    pub fn drop_older_than(&mut self, seq: u64) {
+        self.map.retain(|_, c| c.added >= seq);
     }
 
     pub fn clear(&mut self) {
@@ -141,12 +224,12 @@ impl ServerStatements {
 
     /// The least recently used statement, to close before adding one beyond the bound;
     /// `keep` (the statement about to be used) is never chosen.
-    pub fn lru_victim(&self, keep: &[u8]) -> Option<Bytes> {
+    pub fn lru_victim(&self, keep: &[u8]) -> Option<(Bytes, u64)> {
         self.map
             .iter()
             .filter(|(k, _)| k.as_ref() != keep)
-            .min_by_key(|(_, (_, used))| *used)
-            .map(|(k, _)| k.clone())
+            .min_by_key(|(_, c)| c.used)
+            .map(|(k, c)| (k.clone(), c.id))
     }
 }
 
@@ -163,60 +246,70 @@ mod tests {
         assert_eq!(s.presence(b"p1_a", 3), Presence::Stale);
         assert_eq!(s.presence(b"p1_c", 3), Presence::Missing);
         // a was used after b, so b is the least recently used.
-        assert_eq!(s.lru_victim(b"p1_x").as_deref(), Some(&b"p1_b"[..]));
-        assert_eq!(s.lru_victim(b"p1_b").as_deref(), Some(&b"p1_a"[..]));
+        assert_eq!(
+            s.lru_victim(b"p1_x").map(|v| v.0),
+            Some(Bytes::from_static(b"p1_b"))
+        );
+        assert_eq!(
+            s.lru_victim(b"p1_b").map(|v| v.0),
+            Some(Bytes::from_static(b"p1_a"))
+        );
         s.remove_if(b"p1_a", 9);
         assert_eq!(s.len(), 2);
         s.remove_if(b"p1_a", 1);
         assert_eq!(s.len(), 1);
+        let seq = s.next_seq();
+        s.add(Bytes::from_static(b"p1_z"), 4);
+        s.drop_older_than(seq);
+        assert_eq!(s.holds(b"p1_z"), Some(4));
+        assert_eq!(s.holds(b"p1_b"), None);
     }
 
     #[test]
-    fn client_statements_replace_and_forget() {
+    fn replaced_statement_comes_back_when_its_successor_fails() {
         let mut c = ClientStatements::default();
-        let a = c.insert(Bytes::from_static(b"p"), server_name(2, b"p"), Bytes::new());
+        let rename = |id| (server_name(2, b"p", id), Bytes::new());
+        let a = c.insert(Bytes::from_static(b"p"), rename);
         assert_eq!(&a.server_name[..], b"p2_p");
-        let b = c.insert(
-            Bytes::from_static(b"p"),
-            a.server_name.clone(),
-            Bytes::new(),
-        );
+        c.confirm(b"p", a.id);
+        assert!(a.is_confirmed());
+        let b = c.insert(Bytes::from_static(b"p"), rename);
         assert_ne!(a.id, b.id);
-        c.remove_if(b"p", a.id);
-        assert!(c.get(b"p").is_some());
-        c.remove_if(b"p", b.id);
-        assert!(c.is_empty());
+        assert_eq!(c.reject(b"p", b.id).map(|k| k.id), Some(a.id));
+        assert_eq!(c.get(b"p").map(|k| k.id), Some(a.id));
+        let before = c.next_id();
+        let d = c.insert(Bytes::from_static(b"q"), rename);
+        c.drop_older_than(before);
+        assert!(c.get(b"p").is_none());
+        assert_eq!(c.get(b"q").map(|k| k.id), Some(d.id));
+    }
+
+    #[test]
+    fn long_names_get_a_numbered_server_name() {
+        let long = vec![b'n'; 70];
+        let s = server_name(12, &long, 7);
+        assert_eq!(&s[..], b"P12_7");
+        assert!(server_name(1, &[b'n'; 60], 1).len() <= MAX_NAME);
     }
 }
 
-/// Whether SQL text drops every prepared statement of the session (`DEALLOCATE [PREPARE] ALL`
-/// or `DISCARD ALL`), in any of its `;`-separated statements.
-pub fn drops_all_statements(sql: &[u8]) -> bool {
-    sql.split(|&b| b == b';').any(|stmt| {
-        let words: Vec<&[u8]> = stmt
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|w| !w.is_empty())
-            .collect();
-        let is = |w: &[u8], s: &str| w.eq_ignore_ascii_case(s.as_bytes());
-        match words.as_slice() {
-            [a, b] => (is(a, "deallocate") || is(a, "discard")) && is(b, "all"),
-            [a, p, b] => is(a, "deallocate") && is(p, "prepare") && is(b, "all"),
-            _ => false,
-        }
-    })
+/// Whether a CommandComplete tag (its body) says every prepared statement of the session is
+/// gone: the server ran `DEALLOCATE ALL` or `DISCARD ALL`, however the SQL was written.
+pub fn drops_all_statements(command_tag: &[u8]) -> bool {
+    let tag = command_tag.strip_suffix(b"\0").unwrap_or(command_tag);
+    tag == b"DISCARD ALL" || tag == b"DEALLOCATE ALL"
 }
 
 #[cfg(test)]
-mod sql_tests {
+mod tag_tests {
     use super::drops_all_statements;
 
     #[test]
-    fn recognises_deallocate_and_discard_all() {
-        assert!(drops_all_statements(b"DEALLOCATE ALL"));
-        assert!(drops_all_statements(b"  deallocate prepare all ;"));
-        assert!(drops_all_statements(b"select 1; DISCARD ALL"));
-        assert!(!drops_all_statements(b"DEALLOCATE p"));
-        assert!(!drops_all_statements(b"select 'discard all'x"));
-        assert!(!drops_all_statements(b"DISCARD PLANS"));
+    fn recognises_the_command_tags() {
+        assert!(drops_all_statements(b"DEALLOCATE ALL\0"));
+        assert!(drops_all_statements(b"DISCARD ALL\0"));
+        assert!(!drops_all_statements(b"DEALLOCATE\0"));
+        assert!(!drops_all_statements(b"DISCARD PLANS\0"));
+        assert!(!drops_all_statements(b"SELECT 1\0"));
     }
 }

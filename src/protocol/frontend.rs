@@ -59,7 +59,7 @@ impl NameSpan {
 
 /// The statement name of a Parse message (whole message, tag included).
 pub fn parse_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
-    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
     let name = c.cstr()?;
     c.cstr()?; // query text
     let n = c.i16()?;
@@ -75,7 +75,7 @@ pub fn parse_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
 
 /// The statement name of a Bind message (after the portal name).
 pub fn bind_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
-    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
     c.cstr()?; // portal
     let start = HEADER_LEN + c.position();
     let name = c.cstr()?;
@@ -87,7 +87,7 @@ pub fn bind_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
 
 /// The target of Describe or Close: `b'S'` (statement) or `b'P'` (portal), and its name.
 pub fn describe_or_close_target(msg: &[u8]) -> Result<(u8, NameSpan), ParseError> {
-    let mut c = Cursor::new(&msg[HEADER_LEN..]);
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
     let kind = c.u8()?;
     if kind != b'S' && kind != b'P' {
         return Err(ParseError::Invalid("Describe/Close target"));
@@ -104,7 +104,7 @@ pub fn describe_or_close_target(msg: &[u8]) -> Result<(u8, NameSpan), ParseError
 
 /// The SQL text of a Query message.
 pub fn query_text(msg: &[u8]) -> Result<&[u8], ParseError> {
-    Cursor::new(&msg[HEADER_LEN..]).cstr()
+    Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?).cstr()
 }
 
 /// Copies `msg` into `out` with the name at `span` replaced by `name`, rewriting the length.

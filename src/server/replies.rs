@@ -3,8 +3,11 @@
 
 use std::collections::VecDeque;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
+use crate::prepared::Kept;
 use crate::protocol::backend as b;
 
 /// Which client request a reply belongs to, by what completes it.
@@ -43,10 +46,17 @@ impl Request {
 }
 
 /// One thing the server owes, or an answer of the pooler's waiting for its turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Owed {
     /// Replies to a client message: forwarded.
     Client(Request),
+    /// A client Query or Execute, with what existed before it (statement ids, server copy
+    /// sequence), so a `DISCARD ALL` it runs forgets exactly what it dropped.
+    Marked {
+        req: Request,
+        client_seq: u64,
+        server_seq: u64,
+    },
     /// The client's Parse of a tracked statement: forwarded; an error (or a skip) drops it.
     TrackedParse {
         name: Bytes,
@@ -58,10 +68,21 @@ pub enum Owed {
     TrackedBind { id: u64 },
     /// A Parse the pooler sent (replay): ParseComplete swallowed; an error is forwarded.
     Replay { server_name: Bytes, id: u64 },
-    /// A Close the pooler sent (eviction or a stale copy): CloseComplete swallowed.
-    InjectedClose,
+    /// A Close the pooler sent (eviction or a stale copy) of copy `id`: CloseComplete
+    /// swallowed; if the server skips it, the copy is still there.
+    InjectedClose { server_name: Bytes, id: u64 },
+    /// A message sent only to fail, so the server's transaction fails as it would have: its
+    /// ErrorResponse is replaced by the pooler's own (26000 or 42P05 with the client's name).
+    Substitute { error: Bytes, req: Request },
     /// The pooler's own answer: sent once every earlier reply has been forwarded.
     Synthetic(Bytes),
+    /// The pooler's CloseComplete for a tracked Close S: if the server skips the batch there,
+    /// the statement comes back.
+    ClientClose {
+        name: Bytes,
+        kept: Arc<Kept>,
+        reply: Bytes,
+    },
     /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
     Internal,
 }
@@ -70,17 +91,22 @@ impl Owed {
     fn request(&self) -> Request {
         match self {
             Owed::Client(r) => *r,
+            Owed::Marked { req, .. } | Owed::Substitute { req, .. } => *req,
             Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
-            Owed::InjectedClose => Request::Close,
+            Owed::InjectedClose { .. } => Request::Close,
             Owed::TrackedBind { .. } => Request::Bind,
-            Owed::Synthetic(_) => Request::Sync,
+            Owed::Synthetic(_) | Owed::ClientClose { .. } => Request::Sync,
             Owed::Internal => Request::Query,
         }
+    }
+
+    fn is_answer(&self) -> bool {
+        matches!(self, Owed::Synthetic(_) | Owed::ClientClose { .. })
     }
 }
 
 /// What to do with one server message.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Step {
     pub forward: bool,
     /// The entry this message completed, if any (its side effects are the caller's).
@@ -114,6 +140,20 @@ impl Replies {
         })
     }
 
+    /// Whether statement `id`'s Parse is still owed and a Sync follows it: its outcome then
+    /// decides whether a later Parse of the same name is valid.
+    pub fn parse_pending_before_sync(&self, id: u64) -> bool {
+        let mut seen = false;
+        for o in &self.q {
+            match o {
+                Owed::TrackedParse { id: i, .. } if *i == id => seen = true,
+                Owed::Client(Request::Sync) if seen => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
     pub fn front(&self) -> Option<&Owed> {
         self.q.front()
     }
@@ -131,14 +171,12 @@ impl Replies {
         matches!(self.q.front(), Some(Owed::Internal))
     }
 
-    /// Pops the pooler's answers that have reached the front.
-    pub fn pop_synthetic(&mut self) -> Option<Bytes> {
-        match self.q.front() {
-            Some(Owed::Synthetic(_)) => match self.q.pop_front() {
-                Some(Owed::Synthetic(m)) => Some(m),
-                _ => None,
-            },
-            _ => None,
+    /// Pops the pooler's answers that have reached the front (their bytes go to the client).
+    pub fn pop_answer(&mut self) -> Option<Owed> {
+        if self.q.front().is_some_and(Owed::is_answer) {
+            self.q.pop_front()
+        } else {
+            None
         }
     }
 
@@ -165,7 +203,7 @@ impl Replies {
         };
         let forward = !matches!(
             front,
-            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose
+            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
         );
         let done = front.request().completed_by(tag);
         Step {
@@ -228,8 +266,8 @@ mod tests {
         let s = r.on_message(b'1');
         assert!(!s.forward && matches!(s.completed, Some(Owed::Replay { .. })));
         let s = r.on_message(b'2');
-        assert!(s.forward && s.completed == Some(Owed::Client(Request::Bind)));
-        assert!(r.pop_synthetic().is_some());
+        assert!(s.forward && matches!(s.completed, Some(Owed::Client(Request::Bind))));
+        assert!(r.pop_answer().is_some());
         let s = r.on_message(b'Z');
         assert!(s.forward && s.ready);
         assert!(r.is_empty());
@@ -249,7 +287,7 @@ mod tests {
         let mut skipped = Vec::new();
         let s = r.on_error(&mut skipped);
         assert!(s.forward);
-        assert_eq!(s.completed, Some(Owed::Client(Request::Bind)));
+        assert!(matches!(s.completed, Some(Owed::Client(Request::Bind))));
         assert_eq!(skipped.len(), 2);
         assert_eq!(r.len(), 1);
     }
@@ -272,7 +310,7 @@ mod tests {
         assert!(!r.on_message(b'C').forward);
         assert!(!r.on_message(b'S').forward);
         let s = r.on_message(b'Z');
-        assert!(!s.forward && s.ready && s.completed == Some(Owed::Internal));
+        assert!(!s.forward && s.ready && matches!(s.completed, Some(Owed::Internal)));
         assert!(r.on_message(b'T').forward);
     }
 }

@@ -350,7 +350,7 @@ async fn a_thousand_silent_connections() {
         );
     }
     let opened = t0.elapsed();
-    assert!(opened < Duration::from_secs(2), "opening took {opened:?}");
+    assert!(opened < Duration::from_secs(15), "opening took {opened:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_peak = vm_rss_kb(pooler.pid());
     bg.progresses(5).await;

@@ -1,5 +1,7 @@
 mod badinput;
+mod codec;
 mod core;
+mod prepared;
 mod support;
 
 /// The harness itself works: a real PostgreSQL starts and answers directly.

@@ -45,6 +45,7 @@ pub struct Pooler {
     child: Mutex<Child>,
     pid: u32,
     port: u16,
+    admin_port: u16,
     shared: Arc<Shared>,
     stderr_path: PathBuf,
     config_path: Option<PathBuf>,
@@ -107,11 +108,14 @@ impl Pooler {
 
     fn spawn_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
         let port = free_port();
+        let admin_port = free_port();
         let mut full: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
             "--server-port".into(),
             pg.port.to_string(),
+            "--admin-port".into(),
+            admin_port.to_string(),
         ];
         let dir = new_dir();
         let config_path = yaml.map(|yaml| {
@@ -122,7 +126,9 @@ impl Pooler {
             path
         });
         full.extend(args.iter().map(|a| a.to_string()));
-        Pooler::launch(dir, port, config_path, &full)
+        let mut p = Pooler::launch(dir, port, config_path, &full);
+        p.admin_port = admin_port;
+        p
     }
 
     /// Spawns the binary with exactly `args` (nothing added) without waiting;
@@ -161,11 +167,27 @@ impl Pooler {
             child: Mutex::new(child),
             pid,
             port,
+            admin_port: 0,
             shared,
             stderr_path,
             config_path,
             _dir: dir,
         }
+    }
+
+    /// The admin HTTP port (0 for `spawn_raw`, which passes only the given arguments).
+    pub fn admin_port(&self) -> u16 {
+        self.admin_port
+    }
+
+    /// `GET`s an admin path; returns the status code and body.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        http_request(self.admin_port, "GET", path)
+    }
+
+    /// `POST`s to an admin path; returns the status code and body.
+    pub fn admin_post(&self, path: &str) -> (u16, String) {
+        http_request(self.admin_port, "POST", path)
     }
 
     /// The pooler's client port on 127.0.0.1.
@@ -445,4 +467,33 @@ fn read_lines(stdout: ChildStdout, shared: &Shared) {
     }
     shared.out.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
     shared.changed.notify_all();
+}
+
+/// A minimal blocking HTTP/1.1 request (no client crate needed); `(0, error)` when the
+/// connection fails.
+pub fn http_request(port: u16, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(s) => s,
+        Err(e) => return (0, e.to_string()),
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    if let Err(e) = s.write_all(req.as_bytes()) {
+        return (0, e.to_string());
+    }
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let code = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
 }

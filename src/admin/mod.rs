@@ -1,0 +1,74 @@
+//! The admin HTTP server: probes, Prometheus metrics, status, reload and drain. It runs on its
+//! own thread and runtime, so it answers while the data plane is saturated, and it owns the
+//! signal handlers so readiness drops the moment SIGTERM arrives.
+
+mod http;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::shared::Shared;
+
+/// Binds the admin listener now (so a bad address fails startup) and serves it on its own
+/// thread until the process exits.
+pub fn start(shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
+    let cfg = &shared.config.admin;
+    let listener = std::net::TcpListener::bind(SocketAddr::new(cfg.addr, cfg.port))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("droid-pool-admin".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                spawn_signal_handlers(shared.clone());
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "admin listener failed");
+                        return;
+                    }
+                };
+                let app = http::router(shared).into_make_service_with_connect_info::<SocketAddr>();
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "admin server stopped");
+                }
+            })
+        })?;
+    Ok(local)
+}
+
+/// SIGTERM/SIGINT start a drain; a second one stops at once. SIGHUP reloads the config.
+fn spawn_signal_handlers(shared: Arc<Shared>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    let drain_shared = shared.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining"),
+            _ = int.recv() => tracing::info!("SIGINT: draining"),
+        }
+        drain_shared.lifecycle.begin_drain();
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        tracing::warn!("second signal: stopping now");
+        std::process::exit(2);
+    });
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            shared.reload.notify_one();
+        }
+    });
+}

@@ -1,0 +1,261 @@
+//! The pooler's metrics: an owned `prometheus::Registry` (never the global default) and one
+//! struct per subsystem. Hot-path counters are atomics; pool gauges are read from snapshots at
+//! scrape time (see `snapshot`). Labels are bounded: pool, result, reason, class, state.
+
+mod snapshot;
+
+pub use snapshot::{PoolSnapshot, SnapshotCollector, SnapshotSource};
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// Every metric of one pooler instance.
+pub struct Metrics {
+    pub registry: Registry,
+    pub clients: ClientMetrics,
+    pub servers: ServerMetrics,
+    pub prepared: PreparedMetrics,
+    pub retries: RetryMetrics,
+    pub lifecycle: LifecycleMetrics,
+}
+
+pub struct ClientMetrics {
+    pub connections: IntCounter,
+    /// Clients refused or shed, by reason (too_many_clients, waiting_full, wait_timeout,
+    /// circuit_open, shutting_down).
+    pub shed: IntCounterVec,
+    /// Errors the pooler itself answered, by SQLSTATE class (two characters).
+    pub pooler_errors: IntCounterVec,
+    pub transactions: IntCounter,
+    pub queries: IntCounter,
+    pub bytes_in: IntCounter,
+    pub bytes_out: IntCounter,
+    pub wait_seconds: Histogram,
+    pub transaction_seconds: Histogram,
+    pub query_seconds: Histogram,
+}
+
+pub struct ServerMetrics {
+    /// Server login attempts by result (success, failure, config_error).
+    pub connects: IntCounterVec,
+}
+
+pub struct PreparedMetrics {
+    pub kept: IntGauge,
+    pub replays: IntCounter,
+    pub evictions: IntCounter,
+    pub plan_retries: IntCounter,
+}
+
+pub struct RetryMetrics {
+    pub retries: IntCounter,
+    pub overflow: IntCounter,
+    /// 0 closed, 1 half-open, 2 open.
+    pub breaker_state: IntGaugeVec,
+    pub breaker_transitions: IntCounterVec,
+}
+
+pub struct LifecycleMetrics {
+    pub config_generation: IntGauge,
+    pub reloads: IntCounterVec,
+    /// 0 serving, 1 draining (accepting), 2 draining (listener closed), 3 stopped.
+    pub drain_state: IntGauge,
+    /// Clients by how the drain ended them (completed, closed_at_boundary, cancelled, aborted).
+    pub drain_clients: IntCounterVec,
+    pub paused: IntGauge,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("metric names are valid constants");
+    r.register(Box::new(c.clone()))
+        .expect("each metric is registered once");
+    c
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .expect("metric names are valid constants");
+    r.register(Box::new(c.clone()))
+        .expect("each metric is registered once");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("metric names are valid constants");
+    r.register(Box::new(g.clone()))
+        .expect("each metric is registered once");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()))
+        .expect("metric names are valid constants");
+    r.register(Box::new(h.clone()))
+        .expect("each metric is registered once");
+    h
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let clients = ClientMetrics {
+            connections: counter(
+                &r,
+                "droidpool_client_connections_total",
+                "Client connections accepted.",
+            ),
+            shed: counter_vec(
+                &r,
+                "droidpool_clients_shed_total",
+                "Clients refused or shed by the pooler, by reason.",
+                &["reason"],
+            ),
+            pooler_errors: counter_vec(
+                &r,
+                "droidpool_pooler_errors_total",
+                "Errors answered by the pooler itself, by SQLSTATE class.",
+                &["class"],
+            ),
+            transactions: counter(
+                &r,
+                "droidpool_transactions_total",
+                "Transactions completed through the pooler (server released).",
+            ),
+            queries: counter(
+                &r,
+                "droidpool_queries_total",
+                "Requests completed with ReadyForQuery.",
+            ),
+            bytes_in: counter(
+                &r,
+                "droidpool_client_bytes_received_total",
+                "Bytes received from clients.",
+            ),
+            bytes_out: counter(
+                &r,
+                "droidpool_client_bytes_sent_total",
+                "Bytes sent to clients.",
+            ),
+            wait_seconds: histogram(
+                &r,
+                "droidpool_wait_seconds",
+                "Time clients waited for a server connection.",
+            ),
+            transaction_seconds: histogram(
+                &r,
+                "droidpool_transaction_duration_seconds",
+                "Time a client held a server connection.",
+            ),
+            query_seconds: histogram(
+                &r,
+                "droidpool_query_duration_seconds",
+                "Time from a request to its ReadyForQuery.",
+            ),
+        };
+        let servers = ServerMetrics {
+            connects: counter_vec(
+                &r,
+                "droidpool_server_connect_attempts_total",
+                "Server login attempts by result.",
+                &["result"],
+            ),
+        };
+        let prepared = PreparedMetrics {
+            kept: gauge(
+                &r,
+                "droidpool_prepared_statements_kept",
+                "Prepared statements kept for clients.",
+            ),
+            replays: counter(
+                &r,
+                "droidpool_prepared_replays_total",
+                "Kept Parse messages replayed on a server that lacked them.",
+            ),
+            evictions: counter(
+                &r,
+                "droidpool_prepared_evictions_total",
+                "Server copies closed to stay within max_prepared_statements.",
+            ),
+            plan_retries: counter(
+                &r,
+                "droidpool_prepared_plan_retries_total",
+                "Transparent retries after a cached plan changed result type.",
+            ),
+        };
+        let retries = RetryMetrics {
+            retries: counter(
+                &r,
+                "droidpool_retries_total",
+                "Server connection attempts that were retries.",
+            ),
+            overflow: counter(
+                &r,
+                "droidpool_retry_overflow_total",
+                "Retries not made because the retry budget was exhausted.",
+            ),
+            breaker_state: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "droidpool_breaker_state",
+                        "Circuit breaker state per pool: 0 closed, 1 half-open, 2 open.",
+                    ),
+                    &["pool"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(g.clone())).expect("registered once");
+                g
+            },
+            breaker_transitions: counter_vec(
+                &r,
+                "droidpool_breaker_transitions_total",
+                "Circuit breaker transitions by target state.",
+                &["state"],
+            ),
+        };
+        let lifecycle = LifecycleMetrics {
+            config_generation: gauge(&r, "droidpool_config_generation", "Generation of the configuration in force (1 at start)."),
+            reloads: counter_vec(&r, "droidpool_config_reloads_total", "Configuration reloads by result.", &["result"]),
+            drain_state: gauge(&r, "droidpool_drain_state", "0 serving, 1 draining and accepting, 2 draining with the listener closed, 3 stopped."),
+            drain_clients: counter_vec(&r, "droidpool_drain_clients_total", "Clients ended by a drain, by outcome.", &["outcome"]),
+            paused: gauge(&r, "droidpool_paused", "1 while PAUSE holds new transactions."),
+        };
+        lifecycle.config_generation.set(1);
+        Metrics {
+            registry: r,
+            clients,
+            servers,
+            prepared,
+            retries,
+            lifecycle,
+        }
+    }
+
+    /// Counts an error the pooler answered, by SQLSTATE class.
+    pub fn pooler_error(&self, sqlstate: &str) {
+        let class = sqlstate.get(..2).unwrap_or("XX");
+        self.clients.pooler_errors.with_label_values(&[class]).inc();
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn render(&self) -> String {
+        use prometheus::Encoder;
+        let mut out = Vec::new();
+        let enc = prometheus::TextEncoder::new();
+        if let Err(e) = enc.encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
