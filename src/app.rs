@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, DrainMode};
+use crate::config::{Cli, Config, DrainMode};
 use crate::lifecycle::DrainState;
 use crate::shared::Shared;
 
@@ -39,7 +39,7 @@ pub enum Stopped {
 }
 
 /// Runs the pooler until a drain finishes.
-pub async fn run(config: Config) -> Result<Stopped, AppError> {
+pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
     let addr = SocketAddr::new(config.listen.addr, config.listen.port);
     let shared = Shared::new(config, CancellationToken::new());
     // The admin server first: /startupz answers 503 until the listener is bound.
@@ -52,6 +52,7 @@ pub async fn run(config: Config) -> Result<Stopped, AppError> {
     tracing::info!(%local, %admin, "accepting clients; admin server up");
     shared.lifecycle.mark_started();
     spawn_heartbeat(shared.clone());
+    crate::reload::spawn(shared.clone(), cli);
     let tracker = TaskTracker::new();
     accept_loop(&listener, &shared, &tracker).await;
     drop(listener);
@@ -87,7 +88,7 @@ fn spawn_heartbeat(shared: Arc<Shared>) {
 /// Accepts until a drain's accept window has passed.
 async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &TaskTracker) {
     let l = &shared.lifecycle;
-    let window = shared.config.drain.accept_window;
+    let window = shared.config.load().drain.accept_window;
     let closing = async {
         l.drain.cancelled().await;
         shared.metrics.lifecycle.drain_state.set(1);
@@ -121,7 +122,7 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
 /// Closes clients as the drain mode says and enforces the deadline.
 async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     let l = &shared.lifecycle;
-    let cfg = &shared.config.drain;
+    let cfg = shared.config.load().drain.clone();
     l.set_state(DrainState::Closing);
     shared.metrics.lifecycle.drain_state.set(2);
     if cfg.mode == DrainMode::TransactionBoundary {

@@ -17,6 +17,7 @@ pub mod params;
 pub mod pool;
 pub mod prepared;
 pub mod protocol;
+pub mod reload;
 pub mod resilience;
 pub mod server;
 pub mod shared;

@@ -12,7 +12,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let stopped = runtime.block_on(droid_pool::app::run(config))?;
+    let stopped = runtime.block_on(droid_pool::app::run(config, std::sync::Arc::new(cli)))?;
     // Exit 0 only when the drain finished before its deadline.
     std::process::exit(match stopped {
         droid_pool::app::Stopped::Drained => 0,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::cancel::Cancels;
-use crate::config::Config;
+use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, SnapshotCollector, SnapshotSource};
@@ -34,7 +34,7 @@ impl Counters {
 
 /// Everything a client task needs from the rest of the pooler.
 pub struct Shared {
-    pub config: Arc<Config>,
+    pub config: Arc<ConfigCell>,
     pub events: Events,
     pub counters: Arc<Counters>,
     pub pools: Arc<Pools>,
@@ -48,8 +48,9 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
-        let config = Arc::new(config);
         let events = Events::new(config.log.events);
+        let pgbouncer_names = config.admin.pgbouncer_metric_names;
+        let config = Arc::new(ConfigCell::new(config));
         let counters = Arc::new(Counters::default());
         let metrics = Arc::new(Metrics::new());
         let pools = Arc::new(Pools::new(
@@ -59,7 +60,7 @@ impl Shared {
             metrics.clone(),
             shutdown.clone(),
         ));
-        let collector = SnapshotCollector::new(Arc::downgrade(&pools), true);
+        let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {
             tracing::warn!(error = %e, "pool gauges unavailable");
         }

@@ -46,7 +46,7 @@ async fn livez(State(s): State<Arc<Shared>>) -> Response {
 
 async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     let mut ready = s.lifecycle.is_ready();
-    if ready && s.config.admin.readiness_checks_backend {
+    if ready && s.config.load().admin.readiness_checks_backend {
         ready = s.backend_reachable();
     }
     probe(ready, "ready")
@@ -69,7 +69,8 @@ fn authorized(s: &Shared, peer: SocketAddr, headers: &HeaderMap) -> bool {
     if peer.ip().is_loopback() {
         return true;
     }
-    let Some(token) = &s.config.admin.token else {
+    let cfg = s.config.load();
+    let Some(token) = &cfg.admin.token else {
         return false;
     };
     headers

@@ -12,7 +12,8 @@ use crate::shared::Shared;
 /// Binds the admin listener now (so a bad address fails startup) and serves it on its own
 /// thread until the process exits.
 pub fn start(shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
-    let cfg = &shared.config.admin;
+    let cfg = shared.config.load();
+    let cfg = &cfg.admin;
     let listener = std::net::TcpListener::bind(SocketAddr::new(cfg.addr, cfg.port))?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;

@@ -12,22 +12,38 @@ use tokio::net::TcpStream;
 
 use crate::protocol::frontend;
 
-/// Where a client's queries run right now: the server's address and key.
+/// Where a client's queries run right now: the server's address and key, and its number.
 #[derive(Debug, Default)]
-pub struct CancelSlot(Mutex<Option<(SocketAddr, i32, i32)>>);
+pub struct CancelSlot {
+    held: Mutex<Option<(SocketAddr, i32, i32, u64)>>,
+    /// The client's pool, as `database/user` (for the admin console).
+    pub pool: String,
+}
 
 impl CancelSlot {
-    pub fn set(&self, addr: SocketAddr, key: (i32, i32)) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, key.0, key.1));
+    pub fn set(&self, addr: SocketAddr, key: (i32, i32), server: u64) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, key.0, key.1, server));
     }
 
     pub fn clear(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn get(&self) -> Option<(SocketAddr, i32, i32)> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.server().map(|(a, p, s, _)| (a, p, s))
     }
+
+    fn server(&self) -> Option<(SocketAddr, i32, i32, u64)> {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One row of `SHOW CLIENTS`.
+#[derive(Debug, Clone)]
+pub struct ClientRow {
+    pub pid: i32,
+    pub pool: String,
+    pub server: Option<u64>,
 }
 
 /// Pid → (secret, slot) of every logged-in client.
@@ -37,8 +53,11 @@ pub struct Cancels {
 }
 
 impl Cancels {
-    pub fn register(&self, pid: i32, secret: i32) -> Arc<CancelSlot> {
-        let slot = Arc::new(CancelSlot::default());
+    pub fn register(&self, pid: i32, secret: i32, pool: &str) -> Arc<CancelSlot> {
+        let slot = Arc::new(CancelSlot {
+            held: Mutex::new(None),
+            pool: pool.to_owned(),
+        });
         self.lock().insert(pid, (secret, slot.clone()));
         slot
     }
@@ -49,6 +68,21 @@ impl Cancels {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, (i32, Arc<CancelSlot>)>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every logged-in client, for the admin console.
+    pub fn clients(&self) -> Vec<ClientRow> {
+        let mut rows: Vec<ClientRow> = self
+            .lock()
+            .iter()
+            .map(|(pid, (_, slot))| ClientRow {
+                pid: *pid,
+                pool: slot.pool.clone(),
+                server: slot.server().map(|s| s.3),
+            })
+            .collect();
+        rows.sort_by_key(|r| r.pid);
+        rows
     }
 
     /// Cancels whatever every client is running now (the drain deadline); returns how many.

@@ -2,6 +2,7 @@
 //! between the client and the server it holds.
 
 pub mod cancel;
+mod console;
 mod error;
 mod io;
 mod replies;
@@ -71,6 +72,7 @@ async fn run(
     let login = match Box::pin(startup::login(stream, shared, id)).await? {
         startup::Outcome::Session(login) => login,
         startup::Outcome::Done => return Ok(()),
+        startup::Outcome::Console(buf) => return console::serve(stream, shared, buf).await,
     };
     let pid = login.pid;
     let res = session::Session::new(stream, shared.clone(), login)

@@ -86,7 +86,7 @@ pub struct Session<'a> {
 
 impl<'a> Session<'a> {
     pub fn new(client: &'a mut TcpStream, shared: Arc<Shared>, login: Login) -> Self {
-        let cfg = shared.config.clone();
+        let cfg = shared.config.load();
         Session {
             id: login.id,
             client,
@@ -151,7 +151,7 @@ impl<'a> Session<'a> {
 
     /// Waits for the idle client to send something, its idle timeout, or shutdown.
     async fn wait_idle(&mut self) -> Result<(), ClientError> {
-        let idle = self.shared.config.client.idle_timeout;
+        let idle = self.shared.config.load().client.idle_timeout;
         if !idle.is_zero() {
             // Boxed: a timer is only carried by clients that have an idle timeout.
             return match Box::pin(tokio::time::timeout(idle, self.wait_readable())).await {
@@ -237,8 +237,20 @@ impl<'a> Session<'a> {
     /// Takes a server from the pool, still noticing if the client leaves meanwhile, and
     /// brings its session settings in line with the client's.
     pub(super) async fn acquire(&mut self) -> Result<(), ClientError> {
-        let pool = self.pool.clone();
         let started = Instant::now();
+        // PAUSE holds new transactions (running ones finish); a client leaving is still seen.
+        let l = self.shared.lifecycle.clone();
+        while l.is_paused() {
+            tokio::select! {
+                _ = l.wait_unpaused() => {}
+                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
+                    if r? == 0 {
+                        return Err(ClientError::Gone);
+                    }
+                }
+            }
+        }
+        let pool = self.pool.clone();
         let checkout = pool.checkout();
         tokio::pin!(checkout);
         let mut conn = loop {
@@ -266,7 +278,15 @@ impl<'a> Session<'a> {
             .observe(now.duration_since(started).as_secs_f64());
         self.held_since = Some(now);
         self.shared.events.client_uses_server(self.id, conn.id);
-        self.cancel.set(conn.addr, conn.key);
+        self.cancel.set(conn.addr, conn.key, conn.id);
+        // A reloaded mode applies from this transaction on; tracking switches only while the
+        // client keeps no statements, so none of its names is stranded.
+        let cfg = self.shared.config.load();
+        self.mode = cfg.pool.mode;
+        if self.statements.is_empty() {
+            self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
+        }
+        self.max_prepared = cfg.pool.max_prepared_statements;
         self.status = backend::TX_IDLE;
         self.release_due = false;
         self.batch_clean = true;
@@ -462,7 +482,8 @@ impl<'a> Session<'a> {
             && conn.replies.is_empty()
             && self.status == backend::TX_IDLE
             && conn.rbuf.is_empty();
-        let reset = &self.shared.config.pool.reset_query;
+        let cfg = self.shared.config.load();
+        let reset = &cfg.pool.reset_query;
         if !clean {
             self.pool.discard(conn);
         } else if self.mode == PoolMode::Session && !reset.is_empty() {

@@ -32,6 +32,8 @@ pub struct Login {
 
 pub enum Outcome {
     Session(Login),
+    /// A console user asked for the admin console; bytes after the startup packet follow.
+    Console(BytesMut),
     /// A cancel request or a client that left during startup: nothing more to do.
     Done,
 }
@@ -44,7 +46,7 @@ pub async fn login(
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<Outcome, ClientError> {
-    let timeout = shared.config.client.login_timeout;
+    let timeout = shared.config.load().client.login_timeout;
     match tokio::time::timeout(timeout, login_inner(stream, shared, id)).await {
         Ok(r) => r,
         Err(_) => Err(ClientError::Fatal {
@@ -59,7 +61,8 @@ async fn login_inner(
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<Outcome, ClientError> {
-    let cfg = &shared.config.client;
+    let cfg = shared.config.load();
+    let cfg = &cfg.client;
     let limits = StartupLimits {
         max_len: cfg.max_startup_packet,
         max_params: cfg.max_startup_params,
@@ -114,6 +117,24 @@ async fn login_inner(
             .unwrap_or(user)
             .to_owned(),
     };
+    if super::console::is_console_database(&key.database) {
+        let allowed = shared
+            .config
+            .load()
+            .admin
+            .console_users
+            .iter()
+            .any(|u| u == user);
+        if !allowed {
+            return Err(ClientError::Fatal {
+                code: sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                message: format!(
+                    "user \"{user}\" may not use the admin console (admin.console_users)"
+                ),
+            });
+        }
+        return Ok(Outcome::Console(buf));
+    }
     let client_id = shared.counters.next_client_id();
     *id = Some(client_id);
     shared.events.client_connected(client_id);
@@ -148,7 +169,7 @@ async fn login_inner(
     backend::backend_key_data(&mut out, pid, secret);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
     stream.write_all(&out).await?;
-    let cancel = shared.cancels.register(pid, secret);
+    let cancel = shared.cancels.register(pid, secret, pool.name());
     Ok(Outcome::Session(Login {
         id: client_id,
         pid,

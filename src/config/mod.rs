@@ -96,6 +96,9 @@ pub struct AdminConfig {
     pub readiness_checks_backend: bool,
     /// Also export pool gauges under pgbouncer_exporter's names.
     pub pgbouncer_metric_names: bool,
+    /// Users allowed into the SQL admin console (`psql -d droidpool`); empty: console off.
+    #[serde(alias = "admin_users")]
+    pub console_users: Vec<String>,
 }
 
 /// What SIGTERM does to clients.
@@ -221,6 +224,7 @@ impl Default for AdminConfig {
             token: None,
             readiness_checks_backend: false,
             pgbouncer_metric_names: true,
+            console_users: Vec::new(),
         }
     }
 }
@@ -398,6 +402,24 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+/// The configuration in force, replaced whole by a reload; readers take a snapshot.
+#[derive(Debug)]
+pub struct ConfigCell(std::sync::RwLock<std::sync::Arc<Config>>);
+
+impl ConfigCell {
+    pub fn new(c: Config) -> Self {
+        ConfigCell(std::sync::RwLock::new(std::sync::Arc::new(c)))
+    }
+
+    pub fn load(&self) -> std::sync::Arc<Config> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn store(&self, c: std::sync::Arc<Config>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = c;
     }
 }
 

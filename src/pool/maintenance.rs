@@ -24,7 +24,8 @@ pub(super) fn spawn(pool: Pool) {
 impl Pool {
     fn maintain(&self) {
         let now = Instant::now();
-        let s = &self.inner.settings;
+        self.settle_debt();
+        let s = self.settings();
         let retire = {
             let mut st = self.lock();
             let mut keep = std::collections::VecDeque::with_capacity(st.idle.len());

@@ -66,7 +66,7 @@ impl PoolError {
 }
 
 /// Settings a pool reads; taken from the config when the pool is made.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolSettings {
     pub size: usize,
     pub min_size: usize,
@@ -122,7 +122,9 @@ pub struct Pool {
 struct PoolInner {
     name: String,
     target: ServerTarget,
-    settings: PoolSettings,
+    settings: Mutex<PoolSettings>,
+    /// Permits still to forget as servers come back, after the pool shrank.
+    debt: std::sync::atomic::AtomicUsize,
     /// One permit per server connection that may exist; a `ServerConn` holds its permit.
     capacity: Arc<Semaphore>,
     state: Mutex<PoolState>,
@@ -160,7 +162,8 @@ impl Pool {
                 name: format!("{}/{}", key.database, key.user),
                 capacity: Arc::new(Semaphore::new(settings.size)),
                 target,
-                settings,
+                settings: Mutex::new(settings),
+                debt: std::sync::atomic::AtomicUsize::new(0),
                 state: Mutex::new(PoolState::default()),
                 events,
                 counters,
@@ -188,6 +191,64 @@ impl Pool {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The settings in force.
+    pub fn settings(&self) -> PoolSettings {
+        *self
+            .inner
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies reloaded settings: the pool grows at once and shrinks by retiring idle
+    /// servers now and busy ones as they come back.
+    pub fn update(&self, new: PoolSettings) {
+        let old = {
+            let mut s = self
+                .inner
+                .settings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *s, new)
+        };
+        let cap = &self.inner.capacity;
+        let debt = &self.inner.debt;
+        if new.size > old.size {
+            let grow = new.size - old.size;
+            let cancelled = grow.min(debt.load(Ordering::Relaxed));
+            debt.fetch_sub(cancelled, Ordering::Relaxed);
+            cap.add_permits(grow - cancelled);
+        } else if new.size < old.size {
+            let shrink = old.size - new.size;
+            let got = cap.forget_permits(shrink);
+            debt.fetch_add(shrink - got, Ordering::Relaxed);
+        }
+        let surplus: Vec<_> = {
+            let mut st = self.lock();
+            let mut out = Vec::new();
+            while self.open_count() > new.size + out.len() {
+                match st.idle.pop_front() {
+                    Some(c) => out.push(c),
+                    None => break,
+                }
+            }
+            self.spawn_connects(&mut st);
+            out
+        };
+        for conn in surplus {
+            self.close(conn);
+        }
+    }
+
+    /// Forgets permits owed after a shrink, as far as they are free.
+    fn settle_debt(&self) {
+        let d = self.inner.debt.load(Ordering::Relaxed);
+        if d > 0 {
+            let got = self.inner.capacity.forget_permits(d);
+            self.inner.debt.fetch_sub(got, Ordering::Relaxed);
+        }
+    }
+
     /// No client holds this pool and it has no server: it can be dropped from the registry.
     /// (The registry and the maintenance task hold the only two handles.)
     pub(crate) fn is_unused(&self) -> bool {
@@ -210,6 +271,11 @@ impl Pool {
             self.inner.events.server_closed(conn.id);
             terminate(conn).await;
         }
+    }
+
+    /// Numbers of the idle servers (for the admin console).
+    pub fn idle_server_ids(&self) -> Vec<u64> {
+        self.lock().idle.iter().map(|c| c.id).collect()
     }
 
     /// A session attaches to the pool for its life (for client counts).
@@ -239,14 +305,15 @@ impl Pool {
             servers_active: active,
             servers_idle: idle,
             servers_login: connecting,
-            pool_size: self.inner.settings.size as i64,
+            pool_size: self.settings().size as i64,
             max_wait_seconds: max_wait,
         }
     }
 
     /// Server connections open or being opened.
     pub fn open_count(&self) -> usize {
-        self.inner.settings.size - self.inner.capacity.available_permits()
+        let owed = self.settings().size + self.inner.debt.load(Ordering::Relaxed);
+        owed.saturating_sub(self.inner.capacity.available_permits())
     }
 
     /// The parameters a client is told at login; logs in a first server if none has yet.
@@ -275,12 +342,13 @@ impl Pool {
                 }
                 return Ok(conn);
             }
-            if st.waiters.len() >= self.inner.settings.max_waiting {
+            let max_waiting = self.settings().max_waiting;
+            if st.waiters.len() >= max_waiting {
                 st.waiters.retain(|w| !w.is_closed());
-                if st.waiters.len() >= self.inner.settings.max_waiting {
+                if st.waiters.len() >= max_waiting {
                     return Err(PoolError::TooManyWaiting {
                         pool: self.inner.name.clone(),
-                        max: self.inner.settings.max_waiting,
+                        max: max_waiting,
                     });
                 }
             }
@@ -289,7 +357,7 @@ impl Pool {
             self.spawn_connects(&mut st);
             rx
         };
-        let wait = self.inner.settings.query_wait_timeout;
+        let wait = self.settings().query_wait_timeout;
         let _waiting = WaitingGuard::new(&self.inner.waiting);
         let res = if wait.is_zero() {
             rx.await
@@ -308,7 +376,7 @@ impl Pool {
     }
 
     fn pop_idle(&self, st: &mut PoolState) -> Option<Server> {
-        if self.inner.settings.round_robin {
+        if self.settings().round_robin {
             st.idle.pop_front()
         } else {
             st.idle.pop_back()
@@ -318,7 +386,8 @@ impl Pool {
     /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
     pub fn checkin(&self, mut conn: Server) {
         let now = Instant::now();
-        if conn.is_expired(now) || self.inner.shutdown.is_cancelled() {
+        let over = self.inner.debt.load(Ordering::Relaxed) > 0;
+        if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
             self.close(conn);
             self.lock_and_spawn();
             return;
@@ -350,8 +419,11 @@ impl Pool {
         self.spawn_connects(&mut st);
     }
 
-    fn close(&self, conn: Server) {
+    fn close(&self, mut conn: Server) {
         self.inner.events.server_closed(conn.id);
+        // Give the capacity back now (a shrink may be waiting to forget it).
+        drop(conn.permit.take());
+        self.settle_debt();
         tokio::spawn(terminate(conn));
     }
 
@@ -451,7 +523,7 @@ impl Pool {
     }
 
     fn expiry(&self) -> Option<Instant> {
-        let s = &self.inner.settings;
+        let s = self.settings();
         if s.lifetime.is_zero() {
             return None;
         }

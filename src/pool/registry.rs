@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use super::{Pool, PoolDeps, PoolSettings};
-use crate::config::Config;
+use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::ServerTarget;
@@ -23,7 +23,7 @@ pub struct PoolKey {
 
 /// All pools of one pooler instance.
 pub struct Pools {
-    config: Arc<Config>,
+    config: Arc<ConfigCell>,
     events: Events,
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
@@ -33,7 +33,7 @@ pub struct Pools {
 
 impl Pools {
     pub fn new(
-        config: Arc<Config>,
+        config: Arc<ConfigCell>,
         events: Events,
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
@@ -66,7 +66,8 @@ impl Pools {
                 keep
             });
         }
-        let cfg = &self.config;
+        let cfg = self.config.load();
+        let cfg = &*cfg;
         let target = ServerTarget {
             host: cfg.server.host.clone(),
             port: cfg.server.port,
@@ -93,6 +94,13 @@ impl Pools {
         );
         map.insert(key.clone(), pool.clone());
         pool
+    }
+
+    /// Applies reloaded pool settings to every pool.
+    pub fn apply(&self, cfg: &Config) {
+        for pool in self.all() {
+            pool.update(PoolSettings::from_config(cfg));
+        }
     }
 
     /// Closes every idle server politely (Terminate), waiting for the goodbyes to be sent.

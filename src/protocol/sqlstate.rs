@@ -17,3 +17,4 @@ pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
 pub const INTERNAL_ERROR: &str = "XX000";
+pub const SYNTAX_ERROR: &str = "42601";
