@@ -336,6 +336,7 @@ impl<'a> Session<'a> {
             PoolError::TooManyWaiting { .. } => "waiting_full",
             PoolError::Closed(_) => "shutting_down",
             PoolError::Server { .. } => "server_unavailable",
+            PoolError::CircuitOpen { .. } => "circuit_open",
         };
         self.shared
             .metrics
@@ -344,7 +345,15 @@ impl<'a> Session<'a> {
             .with_label_values(&[reason])
             .inc();
         self.shared.metrics.pooler_error(e.sqlstate());
-        let fields = super::error::error_fields(e.sqlstate(), e.to_string());
+        let mut fields = super::error::error_fields(e.sqlstate(), e.to_string());
+        if let PoolError::CircuitOpen { retry_after, .. } = &e {
+            // The pooler's Retry-After.
+            fields.detail = Some(format!(
+                "next connection attempt in {} ms",
+                retry_after.as_millis()
+            ));
+            fields.hint = Some("retry after that delay; the pooler retries for you".into());
+        }
         backend::error_response(&mut self.cout, &fields);
         if tag == frontend::QUERY_TAG || tag == frontend::FUNCTION_CALL_TAG {
             backend::ready_for_query(&mut self.cout, backend::TX_IDLE);

@@ -81,6 +81,12 @@ pub struct Config {
     pub log: LogConfig,
     pub admin: AdminConfig,
     pub drain: DrainConfig,
+    /// Backoff between retries of a server login.
+    pub backoff: crate::resilience::BackoffConfig,
+    /// How many login retries may be added on top of first attempts.
+    pub retry_budget: crate::resilience::BudgetConfig,
+    /// The circuit breaker around the backend.
+    pub breaker: crate::resilience::BreakerConfig,
 }
 
 /// The admin HTTP server: probes, metrics, status, reload and drain.
@@ -179,6 +185,8 @@ pub struct PoolConfig {
     pub track_prepared: bool,
     /// Prepared statements kept per server connection before the least recently used is closed.
     pub max_prepared_statements: usize,
+    /// Server logins in flight at once per pool, so a recovering database sees no burst.
+    pub max_connecting: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -277,6 +285,7 @@ impl Default for PoolConfig {
             server_round_robin: false,
             track_prepared: false,
             max_prepared_statements: 200,
+            max_connecting: 2,
         }
     }
 }
@@ -381,6 +390,16 @@ impl Config {
         }
         if c.max_startup_packet < 64 || c.max_startup_packet > 1 << 20 {
             return bad("client.max_startup_packet must be between 64 and 1048576".into());
+        }
+        for check in [
+            self.backoff.validate(),
+            self.retry_budget.validate(),
+            self.breaker.validate(),
+        ] {
+            check.map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        if p.max_connecting == 0 {
+            return bad("pool.max_connecting must be at least 1".into());
         }
         if self.drain.accept_window >= self.drain.timeout {
             return bad(format!(

@@ -1,9 +1,11 @@
 //! Server connection pools, one per (database, user): checkout with bounded waiting, checkin,
 //! connecting on demand, and maintenance. A pool never parses client messages.
 
+mod connect;
 mod maintenance;
 mod registry;
 
+pub use connect::Backend;
 pub use registry::{PoolKey, Pools};
 
 use std::collections::VecDeque;
@@ -20,7 +22,7 @@ use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
 use crate::protocol::sqlstate;
-use crate::server::{self, Server, ServerConn, ServerError, ServerTarget};
+use crate::server::{Server, ServerError, ServerTarget};
 use crate::shared::Counters;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -40,6 +42,11 @@ pub enum PoolError {
     },
     #[error("pool {0} is closed")]
     Closed(String),
+    #[error("database \"{database}\" is unavailable: circuit open")]
+    CircuitOpen {
+        database: String,
+        retry_after: Duration,
+    },
 }
 
 impl PoolError {
@@ -49,6 +56,7 @@ impl PoolError {
             PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
             PoolError::Server { code, .. } => code,
             PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
+            PoolError::CircuitOpen { .. } => sqlstate::CANNOT_CONNECT_NOW,
         }
     }
 
@@ -99,6 +107,7 @@ pub struct PoolDeps {
     pub counters: Arc<Counters>,
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
+    pub backend: Arc<Backend>,
 }
 
 type Waiter = oneshot::Sender<Result<Server, PoolError>>;
@@ -132,6 +141,7 @@ struct PoolInner {
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    backend: Arc<Backend>,
     /// Whether the last server login succeeded.
     login_ok: std::sync::atomic::AtomicBool,
     /// Sessions attached to this pool.
@@ -156,6 +166,7 @@ impl Pool {
             counters,
             metrics,
             shutdown,
+            backend,
         } = deps;
         let pool = Pool {
             inner: Arc::new(PoolInner {
@@ -169,6 +180,7 @@ impl Pool {
                 counters,
                 metrics,
                 shutdown,
+                backend,
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
                 waiting: AtomicI64::new(0),
@@ -342,6 +354,9 @@ impl Pool {
                 }
                 return Ok(conn);
             }
+            if let Some(e) = self.circuit_open() {
+                return Err(e);
+            }
             let max_waiting = self.settings().max_waiting;
             if st.waiters.len() >= max_waiting {
                 st.waiters.retain(|w| !w.is_closed());
@@ -425,101 +440,6 @@ impl Pool {
         drop(conn.permit.take());
         self.settle_debt();
         tokio::spawn(terminate(conn));
-    }
-
-    /// Starts logins while live waiters outnumber logins in flight and capacity remains.
-    fn spawn_connects(&self, st: &mut PoolState) {
-        let waiting = st.waiters.iter().filter(|w| !w.is_closed()).count();
-        while st.connecting < waiting {
-            let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
-                return;
-            };
-            st.connecting += 1;
-            let pool = self.clone();
-            tokio::spawn(async move {
-                let res = server::login(&pool.inner.target).await;
-                pool.login_done(res, permit);
-            });
-        }
-    }
-
-    /// Opens one server for the warm minimum, without a waiter.
-    fn spawn_warm(&self) -> bool {
-        let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
-            return false;
-        };
-        self.lock().connecting += 1;
-        let pool = self.clone();
-        tokio::spawn(async move {
-            let res = server::login(&pool.inner.target).await;
-            pool.login_done(res, permit);
-        });
-        true
-    }
-
-    fn login_done(
-        &self,
-        res: Result<ServerConn, ServerError>,
-        permit: tokio::sync::OwnedSemaphorePermit,
-    ) {
-        self.lock().connecting -= 1;
-        match res {
-            Ok(mut conn) => {
-                self.inner
-                    .metrics
-                    .servers
-                    .connects
-                    .with_label_values(&["success"])
-                    .inc();
-                self.inner.login_ok.store(true, Ordering::Relaxed);
-                conn.id = self.inner.counters.next_server_id();
-                conn.permit = Some(permit);
-                conn.expires = self.expiry();
-                self.inner.events.server_connected(conn.id);
-                {
-                    let mut st = self.lock();
-                    if st.startup_params.is_none() {
-                        st.startup_params = Some(Arc::new(conn.params.clone()));
-                    }
-                }
-                self.checkin(Box::new(conn));
-            }
-            Err(e) => {
-                drop(permit);
-                let result = if e.is_config_error() {
-                    "config_error"
-                } else {
-                    "failure"
-                };
-                self.inner
-                    .metrics
-                    .servers
-                    .connects
-                    .with_label_values(&[result])
-                    .inc();
-                self.inner.login_ok.store(false, Ordering::Relaxed);
-                self.login_failed(&e);
-            }
-        }
-    }
-
-    fn login_failed(&self, e: &ServerError) {
-        if e.is_config_error() {
-            tracing::error!(pool = %self.inner.name, error = %e, "server login refused: check credentials and database");
-        } else {
-            tracing::warn!(pool = %self.inner.name, error = %e, "server login failed");
-        }
-        let err = PoolError::from_server(e);
-        let mut st = self.lock();
-        // With no server open, nobody will be served soon: tell every waiter now. Otherwise a
-        // busy server will come back; fail only the waiter this login was for.
-        let fail_all = e.is_config_error() || self.open_count() == 0;
-        while let Some(w) = st.waiters.pop_front() {
-            let delivered = w.send(Err(err.clone())).is_ok();
-            if delivered && !fail_all {
-                break;
-            }
-        }
     }
 
     fn expiry(&self) -> Option<Instant> {

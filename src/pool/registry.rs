@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Pool, PoolDeps, PoolSettings};
+use super::{Backend, Pool, PoolDeps, PoolSettings};
 use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
@@ -28,6 +28,7 @@ pub struct Pools {
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    backend: Arc<Backend>,
     map: Mutex<HashMap<PoolKey, Pool>>,
 }
 
@@ -40,6 +41,7 @@ impl Pools {
         shutdown: CancellationToken,
     ) -> Self {
         Pools {
+            backend: Arc::new(Backend::from_config(&config.load())),
             config,
             events,
             counters,
@@ -90,6 +92,7 @@ impl Pools {
                 counters: self.counters.clone(),
                 metrics: self.metrics.clone(),
                 shutdown: self.shutdown.child_token(),
+                backend: self.backend.clone(),
             },
         );
         map.insert(key.clone(), pool.clone());

@@ -45,6 +45,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
             source,
         })?;
     stream.set_nodelay(true)?;
+    set_liveness_options(&stream);
     let addr = stream.peer_addr()?;
     let mut conn = ServerConn {
         id: 0,
@@ -145,6 +146,22 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
             }
         }
         conn.stream.write_all(&out).await?;
+    }
+}
+
+/// Keepalives and TCP_USER_TIMEOUT, so a black-holed network is noticed in seconds rather
+/// than on TCP's retransmission timers (minutes).
+fn set_liveness_options(stream: &TcpStream) {
+    let sock = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    if let Err(e) = sock
+        .set_tcp_keepalive(&keepalive)
+        .and_then(|_| sock.set_tcp_user_timeout(Some(Duration::from_secs(15))))
+    {
+        tracing::debug!(error = %e, "cannot set keepalive options on a server socket");
     }
 }
 

@@ -935,6 +935,8 @@ async fn duplicate_parse_gets_42p05_from_the_pooler() {
         &exchange(&mut c1, &[parse("p", "select 'one'::text"), sync()]).await,
         "1Z",
     );
+    // Let the event lines of that exchange arrive before counting them.
+    settle().await;
     let used = uses(&pooler, 1).len();
     let r = exchange(
         &mut c1,
