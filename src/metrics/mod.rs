@@ -259,3 +259,37 @@ impl Default for Metrics {
         Metrics::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The shipped Grafana dashboard only queries metrics this module defines.
+    #[test]
+    fn dashboard_uses_defined_metrics() {
+        let dashboard = include_str!("../../deploy/grafana/droid-pool.json");
+        let defined = [include_str!("mod.rs"), include_str!("snapshot.rs")].concat();
+        let mut checked = 0;
+        for (i, _) in dashboard.match_indices("droidpool_") {
+            let name: String = dashboard[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let base = name.strip_suffix("_bucket").unwrap_or(&name);
+            assert!(
+                defined.contains(&format!("\"{base}\"")),
+                "dashboard queries {name}, which is not defined"
+            );
+            checked += 1;
+        }
+        assert!(checked > 10);
+    }
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = super::Metrics::new();
+        m.clients.transactions.inc();
+        m.pooler_error("26000");
+        let text = m.render();
+        assert!(text.contains("droidpool_transactions_total 1"));
+        assert!(text.contains("droidpool_pooler_errors_total{class=\"26\"} 1"));
+    }
+}
