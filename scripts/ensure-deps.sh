@@ -116,6 +116,24 @@ if [[ $(id -u) -eq 0 ]]; then
   fi
 fi
 
+# --- promtool (the /metrics test runs `promtool check metrics`) ---------------
+# Debian ships promtool in the prometheus package. Its service is not wanted:
+# without a policy-rc.d that forbids starting services, add one for the install.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [[ ! -e /usr/sbin/policy-rc.d && $(id -u) -eq 0 ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    apt_install prometheus
+    rm -f /usr/sbin/policy-rc.d
+  else
+    apt_install prometheus
+  fi
+  if ! command -v promtool >/dev/null 2>&1; then
+    echo "ensure-deps: installed prometheus but promtool is still missing" >&2
+    exit 1
+  fi
+fi
+
 # --- Python venv (later test steps create one under target/) -----------------
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-venv

@@ -48,14 +48,16 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
         .await
         .map_err(|source| AppError::Bind { addr, source })?;
     let local = listener.local_addr().unwrap_or(addr);
+    shared.lifecycle.mark_started();
     shared.events.listening(local);
     tracing::info!(%local, %admin, "accepting clients; admin server up");
-    shared.lifecycle.mark_started();
     spawn_heartbeat(shared.clone());
     crate::reload::spawn(shared.clone(), cli);
     let tracker = TaskTracker::new();
     accept_loop(&listener, &shared, &tracker).await;
     drop(listener);
+    // No accept loop any more: the drain's own loop proves the runtime turns.
+    spawn_beat(shared.clone(), |l| l.accept_beat());
     let stopped = drain(&shared, &tracker).await;
     shared.lifecycle.set_state(DrainState::Stopped);
     shared.metrics.lifecycle.drain_state.set(3);
@@ -74,12 +76,16 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
 
 /// Proves the data plane's runtime is turning, for liveness, even with no pools yet.
 fn spawn_heartbeat(shared: Arc<Shared>) {
+    spawn_beat(shared, |l| l.maintenance_beat());
+}
+
+fn spawn_beat(shared: Arc<Shared>, beat: fn(&crate::lifecycle::Lifecycle)) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = shared.shutdown.cancelled() => return,
-                _ = tick.tick() => shared.lifecycle.maintenance_beat(),
+                _ = tick.tick() => beat(&shared.lifecycle),
             }
         }
     });
@@ -148,6 +154,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
             "drain deadline: closing remaining clients"
         );
         l.abort.cancel();
+        l.close_idle.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
     }
     Stopped::Forced

@@ -17,7 +17,7 @@ use crate::protocol::frontend;
 pub struct CancelSlot {
     held: Mutex<Option<(SocketAddr, i32, i32, u64)>>,
     /// The client's pool, as `database/user` (for the admin console).
-    pub pool: String,
+    pub pool: Arc<str>,
 }
 
 impl CancelSlot {
@@ -53,10 +53,10 @@ pub struct Cancels {
 }
 
 impl Cancels {
-    pub fn register(&self, pid: i32, secret: i32, pool: &str) -> Arc<CancelSlot> {
+    pub fn register(&self, pid: i32, secret: i32, pool: Arc<str>) -> Arc<CancelSlot> {
         let slot = Arc::new(CancelSlot {
             held: Mutex::new(None),
-            pool: pool.to_owned(),
+            pool,
         });
         self.lock().insert(pid, (secret, slot.clone()));
         slot
@@ -77,7 +77,7 @@ impl Cancels {
             .iter()
             .map(|(pid, (_, slot))| ClientRow {
                 pid: *pid,
-                pool: slot.pool.clone(),
+                pool: slot.pool.to_string(),
                 server: slot.server().map(|s| s.3),
             })
             .collect();

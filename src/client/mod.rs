@@ -43,6 +43,19 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         _ => &l.completed,
     };
     outcome.fetch_add(1, Ordering::Relaxed);
+    if l.drain.is_cancelled() && id.is_some() {
+        let how = match &res {
+            Err(ClientError::Shutdown { forced: true }) => "aborted",
+            Err(ClientError::Shutdown { forced: false }) => "closed_at_boundary",
+            _ => "completed",
+        };
+        shared
+            .metrics
+            .lifecycle
+            .drain_clients
+            .with_label_values(&[how])
+            .inc();
+    }
     if let Err(e) = res {
         Box::pin(report(&mut stream, &e)).await;
         tracing::debug!(client = ?id, error = %e, "client session ended with an error");

@@ -25,6 +25,23 @@ pub(super) enum LogItem {
     Answer(Owed),
 }
 
+/// A batch being recorded (boxed: most sessions never record one).
+#[derive(Debug)]
+pub(super) struct Recording {
+    kept: Arc<Kept>,
+    log: Vec<LogItem>,
+    synced: bool,
+}
+
+/// A held plan-change error and the batch to resend.
+#[derive(Debug)]
+pub(super) struct Failed {
+    kept: Arc<Kept>,
+    log: Vec<LogItem>,
+    error: Bytes,
+    resend_ok: bool,
+}
+
 /// The retry's state for the current batch.
 #[derive(Debug, Default)]
 pub(super) enum PlanRetry {
@@ -32,19 +49,10 @@ pub(super) enum PlanRetry {
     #[default]
     Idle,
     /// A tracked Bind opened the batch: its messages through Sync are kept.
-    Recording {
-        kept: Arc<Kept>,
-        log: Vec<LogItem>,
-        synced: bool,
-    },
+    Recording(Box<Recording>),
     /// The Bind failed with a plan change; the error waits for the batch's ReadyForQuery.
     /// `resend_ok` turns false if anything was sent after the batch (a resend would reorder).
-    Failed {
-        kept: Arc<Kept>,
-        log: Vec<LogItem>,
-        error: Bytes,
-        resend_ok: bool,
-    },
+    Failed(Box<Failed>),
     /// Not eligible in this batch.
     Off,
 }
@@ -54,16 +62,16 @@ impl PlanRetry {
     pub(super) fn start(&mut self, kept: &Arc<Kept>, bind: &[u8], clean: bool) {
         match self {
             PlanRetry::Idle if clean => {
-                *self = PlanRetry::Recording {
+                *self = PlanRetry::Recording(Box::new(Recording {
                     kept: kept.clone(),
                     log: vec![LogItem::Sent {
                         bytes: Bytes::copy_from_slice(bind),
                         req: Some(Request::Bind),
                     }],
                     synced: false,
-                }
+                }))
             }
-            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
+            PlanRetry::Failed(f) => f.resend_ok = false,
             _ => *self = PlanRetry::Off,
         }
     }
@@ -71,56 +79,56 @@ impl PlanRetry {
     pub(super) fn disable(&mut self) {
         match self {
             PlanRetry::Idle | PlanRetry::Off => {}
-            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
-            PlanRetry::Recording { .. } => *self = PlanRetry::Off,
+            PlanRetry::Failed(f) => f.resend_ok = false,
+            PlanRetry::Recording(_) => *self = PlanRetry::Off,
         }
     }
 
     /// Keeps a message sent in a batch being recorded.
     pub(super) fn record(&mut self, msg: &[u8], req: Option<Request>) {
         match self {
-            PlanRetry::Recording { log, synced, .. } => {
-                if *synced || req == Some(Request::Query) {
+            PlanRetry::Recording(r) => {
+                if r.synced || req == Some(Request::Query) {
                     *self = PlanRetry::Off;
                     return;
                 }
-                log.push(LogItem::Sent {
+                r.log.push(LogItem::Sent {
                     bytes: Bytes::copy_from_slice(msg),
                     req,
                 });
-                *synced = req == Some(Request::Sync);
+                r.synced = req == Some(Request::Sync);
             }
-            PlanRetry::Failed { resend_ok, .. } => *resend_ok = false,
+            PlanRetry::Failed(f) => f.resend_ok = false,
             PlanRetry::Idle | PlanRetry::Off => {}
         }
     }
 
     /// Keeps an answer of the pooler's queued in a batch being recorded.
     pub(super) fn record_answer(&mut self, o: &Owed) {
-        if let PlanRetry::Recording { log, synced, .. } = self {
-            if *synced {
+        if let PlanRetry::Recording(r) = self {
+            if r.synced {
                 *self = PlanRetry::Off;
                 return;
             }
-            log.push(LogItem::Answer(o.clone()));
+            r.log.push(LogItem::Answer(o.clone()));
         }
     }
 
     /// Whether this ErrorResponse to a tracked Bind should be held back for a retry.
     pub(super) fn hold(&mut self, id: u64, error: &[u8]) -> bool {
-        let eligible =
-            matches!(self, PlanRetry::Recording { kept, synced: true, .. } if kept.id == id);
+        let eligible = matches!(self, PlanRetry::Recording(r) if r.synced && r.kept.id == id);
         if !eligible || !is_plan_change(error) {
             self.disable();
             return false;
         }
-        if let PlanRetry::Recording { kept, log, .. } = std::mem::take(self) {
-            *self = PlanRetry::Failed {
+        if let PlanRetry::Recording(r) = std::mem::take(self) {
+            let Recording { kept, log, .. } = *r;
+            *self = PlanRetry::Failed(Box::new(Failed {
                 kept,
                 log,
                 error: Bytes::copy_from_slice(error),
                 resend_ok: true,
-            };
+            }));
         }
         true
     }
@@ -140,12 +148,13 @@ impl Session<'_> {
     /// returns true); otherwise deliver the held error before it. Resets for the next batch.
     pub(super) fn settle_retry(&mut self, status: u8) -> bool {
         match std::mem::take(&mut self.retry) {
-            PlanRetry::Failed {
-                kept,
-                log,
-                error,
-                resend_ok,
-            } => {
+            PlanRetry::Failed(f) => {
+                let Failed {
+                    kept,
+                    log,
+                    error,
+                    resend_ok,
+                } = *f;
                 if status == backend::TX_IDLE && resend_ok {
                     self.resend(&kept, log);
                     self.retry = PlanRetry::Off;

@@ -167,10 +167,14 @@ impl<'a> Session<'a> {
 
     async fn wait_readable(&self) -> Result<(), ClientError> {
         let l = &self.shared.lifecycle;
+        // poll_read_ready keeps no waiter node of its own: an idle client's task stays small.
+        let readable = std::future::poll_fn(|cx| self.client.poll_read_ready(cx));
         tokio::select! {
-            r = self.client.readable() => Ok(r?),
-            _ = l.close_idle.cancelled() => Err(ClientError::Shutdown { forced: false }),
-            _ = l.abort.cancelled() => Err(ClientError::Shutdown { forced: true }),
+            r = readable => Ok(r?),
+            // The deadline cancels close_idle too, so one future covers both.
+            _ = l.close_idle.cancelled() => Err(ClientError::Shutdown {
+                forced: l.abort.is_cancelled(),
+            }),
         }
     }
 

@@ -169,7 +169,7 @@ async fn login_inner(
     backend::backend_key_data(&mut out, pid, secret);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
     stream.write_all(&out).await?;
-    let cancel = shared.cancels.register(pid, secret, pool.name());
+    let cancel = shared.cancels.register(pid, secret, pool.shared_name());
     Ok(Outcome::Session(Login {
         id: client_id,
         pid,

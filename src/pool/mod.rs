@@ -142,6 +142,7 @@ struct PoolInner {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     backend: Arc<Backend>,
+    name_arc: Arc<str>,
     /// Whether the last server login succeeded.
     login_ok: std::sync::atomic::AtomicBool,
     /// Sessions attached to this pool.
@@ -181,6 +182,7 @@ impl Pool {
                 metrics,
                 shutdown,
                 backend,
+                name_arc: Arc::from(format!("{}/{}", key.database, key.user)),
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
                 waiting: AtomicI64::new(0),
@@ -195,6 +197,11 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The pool's name as a shared string (no copy per client).
+    pub fn shared_name(&self) -> Arc<str> {
+        self.inner.name_arc.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {

@@ -1,6 +1,8 @@
 mod badinput;
 mod codec;
 mod core;
+mod faults;
+mod lifecycle;
 mod prepared;
 mod support;
 

@@ -255,6 +255,9 @@ fn bind_binary_int4(portal: &str, stmt: &str, params: &[i32]) -> BytesMut {
 
 /// The `[POOL]` lines without the listening line.
 fn events(pooler: &Pooler) -> Vec<String> {
+    // The lines reach us through a pipe and a reader thread: on a loaded machine they can trail
+    // the replies the client already has by a little. Give the reader that moment.
+    std::thread::sleep(Duration::from_millis(60));
     pooler
         .lines()
         .into_iter()
