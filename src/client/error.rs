@@ -19,7 +19,7 @@ pub enum ClientError {
     /// The server refused something on the client's behalf (a startup setting): the client
     /// gets the server's own error, as a direct connection would.
     #[error("{}", .0.message)]
-    Rejected(ErrorFields),
+    Rejected(Box<ErrorFields>),
     #[error("{message}")]
     Fatal { code: &'static str, message: String },
     /// The pooler is draining: closed at a transaction boundary, or by the deadline.
@@ -36,11 +36,9 @@ impl ClientError {
         let (code, message, detail) = match self {
             ClientError::Io(_) | ClientError::Gone => return None,
             ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
-            ClientError::Pool(PoolError::Server {
-                code,
-                message,
-                detail,
-            }) => (code.clone(), message.clone(), detail.clone()),
+            ClientError::Pool(PoolError::Server(f)) => {
+                (f.code.clone(), f.message.clone(), f.detail.clone())
+            }
             ClientError::Pool(e) => (e.sqlstate().to_owned(), e.to_string(), None),
             ClientError::ServerLost(_) => (
                 sqlstate::CONNECTION_FAILURE.to_owned(),

@@ -330,7 +330,8 @@ impl<'a> Session<'a> {
     /// the session usable. Config errors from the server's login are FATAL, as a direct
     /// connection would see them.
     pub(super) fn answer_pool_error(&mut self, tag: u8, e: PoolError) -> Result<(), ClientError> {
-        if let PoolError::Server { code, .. } = &e {
+        if let PoolError::Server(f) = &e {
+            let code = &f.code;
             if code.starts_with("28") || code == sqlstate::INVALID_CATALOG_NAME {
                 return Err(ClientError::Pool(e));
             }
@@ -339,7 +340,7 @@ impl<'a> Session<'a> {
             PoolError::WaitTimeout { .. } => "wait_timeout",
             PoolError::TooManyWaiting { .. } => "waiting_full",
             PoolError::Closed(_) => "shutting_down",
-            PoolError::Server { .. } => "server_unavailable",
+            PoolError::Server(_) => "server_unavailable",
             PoolError::CircuitOpen { .. } => "circuit_open",
         };
         self.shared

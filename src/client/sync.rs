@@ -45,7 +45,7 @@ impl Session<'_> {
         }
         if let Some(fields) = rejected {
             tracing::info!(client = self.id, code = %fields.code, "a client setting was rejected by the server");
-            return Err(ClientError::Rejected(fields));
+            return Err(ClientError::Rejected(Box::new(fields)));
         }
         conn.applied = self.params.unreported(&conn.params);
         Ok(())

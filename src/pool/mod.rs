@@ -34,12 +34,9 @@ pub enum PoolError {
     WaitTimeout { pool: String, waited: Duration },
     #[error("too many clients already waiting for pool {pool} (max_waiting_clients {max})")]
     TooManyWaiting { pool: String, max: usize },
-    #[error("{message}")]
-    Server {
-        code: String,
-        message: String,
-        detail: Option<String>,
-    },
+    /// The server refused or failed the login (boxed: errors stay small in every future).
+    #[error("{}", .0.message)]
+    Server(Box<ServerFailure>),
     #[error("pool {0} is closed")]
     Closed(String),
     #[error("database \"{database}\" is unavailable: circuit open")]
@@ -49,12 +46,20 @@ pub enum PoolError {
     },
 }
 
+/// What a failed server login tells the client.
+#[derive(Debug, Clone)]
+pub struct ServerFailure {
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
 impl PoolError {
     pub fn sqlstate(&self) -> &str {
         match self {
             PoolError::WaitTimeout { .. } => sqlstate::QUERY_CANCELED,
             PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
-            PoolError::Server { code, .. } => code,
+            PoolError::Server(f) => &f.code,
             PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
             PoolError::CircuitOpen { .. } => sqlstate::CANNOT_CONNECT_NOW,
         }
@@ -65,11 +70,11 @@ impl PoolError {
             ServerError::Rejected(f) => (f.message.clone(), f.detail.clone()),
             other => (other.to_string(), None),
         };
-        PoolError::Server {
+        PoolError::Server(Box::new(ServerFailure {
             code: e.sqlstate().to_owned(),
             message,
             detail,
-        }
+        }))
     }
 }
 
