@@ -1,6 +1,7 @@
 //! Reading from a client socket without holding a buffer while idle.
 
 use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// Capacity reserved for a read once the socket is readable.
@@ -11,35 +12,26 @@ const FIRST_READ: usize = 1024;
 pub const SHRINK_ABOVE: usize = 64 * 1024;
 
 /// Waits until the client is readable, then reads what is there into `buf`. Cancel-safe:
-/// nothing is read until the socket is ready, and the read itself does not await.
-pub async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+/// nothing is reserved until the socket is ready, and a read that returns less than it could
+/// tells tokio the socket is drained, so the next wait costs no extra `EAGAIN` read.
+pub async fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
     read_chunk(stream, buf, READ_CHUNK).await
 }
 
 /// As [`read_some`], reserving at most about `chunk` bytes (small for startup packets).
 pub async fn read_chunk(
-    stream: &TcpStream,
+    stream: &mut TcpStream,
     buf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        // Start small (most requests are a few hundred bytes) and grow when a read fills it.
-        if buf.capacity() == 0 {
-            buf.reserve(FIRST_READ.min(chunk));
-        } else if buf.capacity() - buf.len() < FIRST_READ / 2 {
-            buf.reserve(chunk.max(buf.len()));
-        }
-        match stream.try_read_buf(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Readiness was stale: wait without holding memory.
-                release_if_empty(buf);
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
+    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
+    // Start small (most requests are a few hundred bytes) and grow when a read fills it.
+    if buf.capacity() == 0 {
+        buf.reserve(FIRST_READ.min(chunk));
+    } else if buf.capacity() - buf.len() < FIRST_READ / 2 {
+        buf.reserve(chunk.max(buf.len()));
     }
+    stream.read_buf(buf).await
 }
 
 /// Frees an empty buffer's memory so an idle client costs little.
