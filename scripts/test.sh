@@ -49,6 +49,7 @@ STEPS=(
   "test:step_test"
   "drivers:step_drivers"
   "fuzz:step_fuzz"
+  "bench-smoke:step_bench_smoke"
 )
 
 # --- runner -----------------------------------------------------------------

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Benchmark harness: droid-pool against PgBouncer and a direct PostgreSQL
+# connection, on this machine, in the same run (issue 4).
+#
+#   bench/run.sh           full run (about 20 minutes): writes docs/benchmarks.md
+#                          and docs/benchmarks.png
+#   bench/run.sh --smoke   a few seconds per run, 1 round, 1,000 idle clients;
+#                          writes to a temp dir (printed), never to docs/.
+#                          Checks only that the harness works end to end and that
+#                          every target produced a number; nothing about speed.
+#
+# It builds the release binary, starts a throwaway PostgreSQL (initdb in a temp
+# dir, max_connections 200, pgbench scale 10), two droid-pool instances (plain,
+# and --track-prepared for the prepared row) and PgBouncer (Debian's package,
+# installed when missing), all in transaction mode with a pool of 20 and no TLS,
+# then hands over to bench/bench.py, which runs pgbench and writes the report.
+# Everything it started is stopped and its temp dir removed on exit.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+SMOKE=0
+for arg in "$@"; do
+  case $arg in
+    --smoke) SMOKE=1 ;;
+    -h | --help)
+      sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "bench: unknown argument '$arg' (use --smoke or nothing)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+log() {
+  echo "bench: $*" >&2
+}
+
+# --- dependencies -------------------------------------------------------------
+bash scripts/ensure-deps.sh
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then
+  SUDO=(sudo)
+fi
+if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; then
+  log "installing pgbouncer (Debian package)"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null
+  # The package may start its own service on 6432; we run our own instance.
+  if command -v service >/dev/null 2>&1; then
+    "${SUDO[@]}" service pgbouncer stop >/dev/null 2>&1 || true
+  fi
+fi
+PGBOUNCER=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
+
+log "cargo build --release"
+cargo build --release
+POOLER=$ROOT/target/release/droid-pool
+# What the binary was built from; the working tree may hold uncommitted changes.
+DROID_VERSION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null) ]]; then
+  diff_hash=$( { git diff HEAD -- src Cargo.toml Cargo.lock
+    git status --porcelain -- src Cargo.toml Cargo.lock; } | sha256sum | cut -c1-12)
+  DROID_VERSION+=" + uncommitted changes in src/ or Cargo.* (diff sha256 $diff_hash)"
+fi
+
+VENV=$ROOT/target/bench-venv
+if ! "$VENV/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
+  log "creating $VENV (matplotlib)"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r bench/requirements.txt
+fi
+
+# --- PostgreSQL binaries (PATH first, else the highest installed version) ------
+if initdb_path=$(command -v initdb 2>/dev/null); then
+  PG_BIN=$(dirname "$(readlink -f "$initdb_path")")
+else
+  PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -type d -name bin 2>/dev/null \
+    | sort -V | tail -n 1)
+fi
+if [[ -z ${PG_BIN:-} || ! -x $PG_BIN/initdb ]]; then
+  log "initdb not found (scripts/ensure-deps.sh should have installed it)"
+  exit 1
+fi
+PGBENCH=$(command -v pgbench 2>/dev/null || echo "$PG_BIN/pgbench")
+
+# initdb/pg_ctl/postgres and pgbouncer refuse to run as root: run them as the OS
+# user postgres, from the temp dir (which that user owns).
+AS_PG=()
+if [[ $(id -u) -eq 0 ]]; then
+  AS_PG=(runuser -u postgres --)
+fi
+pg() {
+  (cd "$TMP" && "${AS_PG[@]}" "$PG_BIN/$1" "${@:2}")
+}
+
+# --- file descriptors: 10,000 idle clients need as many sockets per process ---
+IDLE_CLIENTS=10000
+[[ $SMOKE -eq 1 ]] && IDLE_CLIENTS=1000
+hard=$(ulimit -Hn)
+want=30000
+if [[ $hard != unlimited && $hard -lt $want ]]; then
+  want=$hard
+fi
+ulimit -n "$want" || true
+NOFILE=$(ulimit -n)
+if [[ $NOFILE != unlimited && $NOFILE -lt $((IDLE_CLIENTS + 200)) ]]; then
+  log "open-file limit is $NOFILE (hard $hard): too low for $IDLE_CLIENTS idle clients"
+  exit 1
+fi
+log "open-file limit $NOFILE"
+
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+USED_PORTS=" "
+# Sets PORT to a free port not handed out before (the services bind later).
+next_port() {
+  local port
+  for _ in $(seq 1 200); do
+    port=$((20000 + RANDOM % 12000))
+    if [[ $USED_PORTS != *" $port "* ]] && ! port_in_use "$port"; then
+      USED_PORTS+="$port "
+      PORT=$port
+      return 0
+    fi
+  done
+  log "found no free port"
+  return 1
+}
+
+TMP=$(mktemp -d /tmp/droid-bench.XXXXXX)
+PGDATA_DIR=$TMP/data
+PG_STARTED=0
+DROID_PID=""
+DROID_TP_PID=""
+PGB_RUNNER_PID=""
+
+stop_pid() {
+  local pid=$1
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    # droid-pool drains on SIGTERM; a second signal makes it stop at once.
+    sleep 0.2
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+}
+
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  stop_pid "$DROID_PID"
+  stop_pid "$DROID_TP_PID"
+  if [[ -f $TMP/pgbouncer/pgbouncer.pid ]]; then
+    stop_pid "$(cat "$TMP/pgbouncer/pgbouncer.pid")"
+  fi
+  stop_pid "$PGB_RUNNER_PID"
+  if [[ $PG_STARTED -eq 1 ]]; then
+    pg pg_ctl -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$TMP"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [[ $(id -u) -eq 0 ]]; then
+  chown postgres: "$TMP"
+fi
+
+# --- PostgreSQL -----------------------------------------------------------------
+log "initdb in $PGDATA_DIR"
+pg initdb -D "$PGDATA_DIR" -U postgres -A trust -E UTF8 --locale=C \
+  >"$TMP/initdb.log" 2>&1 || {
+  cat "$TMP/initdb.log" >&2
+  exit 1
+}
+next_port
+PG_PORT=$PORT
+# PostgreSQL defaults except where a benchmark needs otherwise (fsync stays on).
+cat >>"$PGDATA_DIR/postgresql.conf" <<CONF
+
+# --- droid-pool benchmark ---
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$TMP'
+max_connections = 200
+CONF
+if ! pg pg_ctl -D "$PGDATA_DIR" -l "$PGDATA_DIR/postgres.log" -w -t 60 start >/dev/null; then
+  tail -n 30 "$PGDATA_DIR/postgres.log" >&2 || true
+  exit 1
+fi
+PG_STARTED=1
+PG_PID=$(head -n 1 "$PGDATA_DIR/postmaster.pid")
+log "PostgreSQL on 127.0.0.1:$PG_PORT; pgbench -i -s 10"
+"$PGBENCH" -i -s 10 -q -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres >"$TMP/pgbench-init.log" 2>&1 || {
+  cat "$TMP/pgbench-init.log" >&2
+  exit 1
+}
+
+# --- droid-pool: plain, and with --track-prepared ----------------------------------
+# Event lines are off: they are one stdout write per event, several per transaction.
+cat >"$TMP/droid-pool.yaml" <<'YAML'
+log:
+  events: false
+client:
+  max_connections: 20000
+YAML
+next_port
+DROID_PORT=$PORT
+next_port
+DROID_TP_PORT=$PORT
+DROID_ARGS=(--server-port "$PG_PORT" --pool-size 20 --mode transaction --config "$TMP/droid-pool.yaml")
+# Builds with an admin HTTP server need a free port for it, one per instance.
+ADMIN_ARGS=()
+ADMIN_TP_ARGS=()
+if "$POOLER" --help 2>/dev/null | grep -q -- '--admin-port'; then
+  next_port
+  ADMIN_ARGS=(--admin-port "$PORT")
+  next_port
+  ADMIN_TP_ARGS=(--admin-port "$PORT")
+fi
+"$POOLER" --port "$DROID_PORT" "${DROID_ARGS[@]}" "${ADMIN_ARGS[@]}" >"$TMP/droid-pool.log" 2>&1 &
+DROID_PID=$!
+"$POOLER" --port "$DROID_TP_PORT" "${DROID_ARGS[@]}" "${ADMIN_TP_ARGS[@]}" --track-prepared \
+  >"$TMP/droid-pool-tp.log" 2>&1 &
+DROID_TP_PID=$!
+
+# --- PgBouncer (as postgres, files in a dir that user owns) ------------------------
+next_port
+PGB_PORT=$PORT
+PGB_DIR=$TMP/pgbouncer
+mkdir -p "$PGB_DIR"
+echo '"postgres" ""' >"$PGB_DIR/userlist.txt"
+cat >"$PGB_DIR/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$PG_PORT
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGB_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $PGB_DIR/userlist.txt
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 20000
+client_tls_sslmode = disable
+server_tls_sslmode = disable
+logfile = $PGB_DIR/pgbouncer.log
+pidfile = $PGB_DIR/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+admin_users = postgres
+INI
+if [[ $(id -u) -eq 0 ]]; then
+  chown -R postgres: "$PGB_DIR"
+fi
+# runuser applies the login limits: raise the soft open-file limit again inside.
+# shellcheck disable=SC2016 # the single-quoted script expands its own arguments
+(cd "$PGB_DIR" && exec "${AS_PG[@]}" bash -c 'ulimit -n "$1" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$2" "$3"' \
+  _ "$NOFILE" "$PGBOUNCER" "$PGB_DIR/pgbouncer.ini") >"$TMP/pgbouncer.out" 2>&1 &
+PGB_RUNNER_PID=$!
+
+wait_ready() {
+  local name=$1 port=$2
+  for _ in $(seq 1 100); do
+    if psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc 'SELECT 1' >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$name did not come up on port $port"
+  cat "$TMP"/*.log "$TMP/pgbouncer.out" "$PGB_DIR/pgbouncer.log" >&2 2>/dev/null || true
+  return 1
+}
+wait_ready droid-pool "$DROID_PORT"
+wait_ready "droid-pool --track-prepared" "$DROID_TP_PORT"
+wait_ready PgBouncer "$PGB_PORT"
+PGB_PID=$(cat "$PGB_DIR/pgbouncer.pid")
+log "droid-pool on $DROID_PORT (pid $DROID_PID), with --track-prepared on $DROID_TP_PORT" \
+  "(pid $DROID_TP_PID), PgBouncer on $PGB_PORT (pid $PGB_PID)"
+
+if [[ $SMOKE -eq 1 ]]; then
+  OUT_DIR=$(mktemp -d /tmp/droid-bench-smoke.XXXXXX)
+  MODE_ARGS=(--smoke --out-md "$OUT_DIR/benchmarks.md" --out-png "$OUT_DIR/benchmarks.png")
+else
+  OUT_DIR=$ROOT/docs
+  MODE_ARGS=(--out-md "$OUT_DIR/benchmarks.md" --out-png "$OUT_DIR/benchmarks.png")
+fi
+
+"$VENV/bin/python" bench/bench.py "${MODE_ARGS[@]}" \
+  --work-dir "$TMP/runs" \
+  --pgbench "$PGBENCH" \
+  --pg-bin "$PG_BIN" \
+  --pgbouncer-bin "$PGBOUNCER" \
+  --pg-port "$PG_PORT" --pg-pid "$PG_PID" \
+  --droid-port "$DROID_PORT" --droid-pid "$DROID_PID" --droid-log "$TMP/droid-pool.log" \
+  --droid-tp-port "$DROID_TP_PORT" --droid-tp-pid "$DROID_TP_PID" --droid-tp-log "$TMP/droid-pool-tp.log" \
+  --pgb-port "$PGB_PORT" --pgb-pid "$PGB_PID" --pgb-log "$PGB_DIR/pgbouncer.log" \
+  --idle-clients "$IDLE_CLIENTS" \
+  --droid-version "$DROID_VERSION" \
+  --nofile "$NOFILE"
+log "report: $OUT_DIR/benchmarks.md, chart: $OUT_DIR/benchmarks.png"
