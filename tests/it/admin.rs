@@ -1,0 +1,299 @@
+//! Hot reload (file change, Kubernetes ConfigMap symlink swap, broken files) and the SQL admin
+//! console through psql, against the real binary and a real PostgreSQL.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::task::block_in_place;
+
+use crate::support::{self, Pooler, DB};
+
+const USER: &str = "droid";
+
+fn scrape(p: &Pooler) -> String {
+    let (code, body) = block_in_place(|| p.admin_get("/metrics"));
+    assert_eq!(code, 200, "GET /metrics: {body}");
+    body
+}
+
+/// The value of an unlabelled sample, or of the first sample whose labels contain `labels`.
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let (head, _) = l.rsplit_once(' ').unwrap_or((l, ""));
+            (head == name || head.starts_with(&format!("{name}{{"))) && head.contains(labels)
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
+/// Polls /metrics until `pred` holds (or panics after `within`).
+async fn wait_metrics(p: &Pooler, within: Duration, what: &str, pred: impl Fn(&str) -> bool) {
+    let until = Instant::now() + within;
+    loop {
+        let text = scrape(p);
+        if pred(&text) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what} not seen within {within:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A ConfigMap-like volume: `dir/..data -> versionN`, `dir/droid-pool.yaml -> ..data/droid-pool.yaml`.
+fn configmap_version(dir: &Path, version: &str, yaml: &str) {
+    let v = dir.join(version);
+    std::fs::create_dir_all(&v).unwrap();
+    std::fs::write(v.join("droid-pool.yaml"), yaml).unwrap();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(version, &tmp).unwrap();
+    // rename(2) swaps the link atomically, as the kubelet does.
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let file = dir.join("droid-pool.yaml");
+    if std::fs::symlink_metadata(&file).is_err() {
+        std::os::unix::fs::symlink("..data/droid-pool.yaml", &file).unwrap();
+    }
+}
+
+fn pool_size(text: &str) -> Option<f64> {
+    sample(text, "droidpool_pool_size", &format!("user=\"{USER}\""))
+}
+
+fn servers_open(text: &str) -> f64 {
+    ["active", "idle", "login"]
+        .iter()
+        .filter_map(|s| sample(text, "droidpool_servers", &format!("state=\"{s}\"")))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_swap_resizes_the_pool_without_dropping_clients() {
+    let pg = support::shared();
+    let dir = tempfile::tempdir().unwrap();
+    configmap_version(dir.path(), "v1", "pool:\n  size: 5\n");
+    let file = dir.path().join("droid-pool.yaml");
+    let pooler = block_in_place(|| Pooler::start(pg, &["--config", file.to_str().unwrap()]));
+    // Five clients in a transaction at once open five servers.
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(pooler.connect(USER, DB).await);
+    }
+    for c in &clients {
+        c.batch_execute("begin; select 1").await.unwrap();
+    }
+    for c in &clients {
+        c.batch_execute("commit").await.unwrap();
+    }
+    wait_metrics(&pooler, Duration::from_secs(5), "5 servers", |t| {
+        servers_open(t) == 5.0
+    })
+    .await;
+    assert_eq!(
+        sample(&scrape(&pooler), "droidpool_config_generation", ""),
+        Some(1.0)
+    );
+
+    // The kubelet swaps ..data: the pool shrinks to 2, idle servers retire, nobody is dropped.
+    configmap_version(dir.path(), "v2", "pool:\n  size: 2\n");
+    wait_metrics(
+        &pooler,
+        Duration::from_secs(5),
+        "pool size 2, generation 2",
+        |t| pool_size(t) == Some(2.0) && sample(t, "droidpool_config_generation", "") == Some(2.0),
+    )
+    .await;
+    wait_metrics(&pooler, Duration::from_secs(5), "at most 2 servers", |t| {
+        servers_open(t) <= 2.0
+    })
+    .await;
+    // Simple queries: without --track-prepared, a statement prepared on one server does not
+    // exist on the next one.
+    for (i, c) in clients.iter().enumerate() {
+        let rows = c.simple_query(&format!("select {i}")).await.unwrap();
+        let got = rows.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        });
+        assert_eq!(got, Some(i.to_string()), "client {i} still served");
+    }
+
+    // A broken file is refused and the running configuration stays.
+    configmap_version(dir.path(), "v3", "pool:\n  size: [\n");
+    wait_metrics(&pooler, Duration::from_secs(5), "a rejected reload", |t| {
+        sample(t, "droidpool_config_reloads_total", "result=\"rejected\"") >= Some(1.0)
+    })
+    .await;
+    let t = scrape(&pooler);
+    assert_eq!(pool_size(&t), Some(2.0));
+    assert_eq!(sample(&t, "droidpool_config_generation", ""), Some(2.0));
+    assert!(
+        pooler.stderr().contains("config reload rejected"),
+        "{}",
+        pooler.stderr()
+    );
+    for c in &clients {
+        c.simple_query("select 1").await.unwrap();
+    }
+
+    // Growing applies at once, through POST /reload too.
+    configmap_version(dir.path(), "v4", "pool:\n  size: 7\n");
+    let (code, _) = block_in_place(|| pooler.admin_post("/reload"));
+    assert_eq!(code, 202);
+    wait_metrics(&pooler, Duration::from_secs(5), "pool size 7", |t| {
+        pool_size(t) == Some(7.0)
+    })
+    .await;
+    assert!(!pooler.has_exited());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_mode() {
+    let pg = support::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, "pool:\n  size: 1\n  mode: session\n").unwrap();
+    let pooler = block_in_place(|| Pooler::start(pg, &["--config", file.to_str().unwrap()]));
+    // Write the new mode, then SIGHUP at once (before the file poller may notice).
+    std::fs::write(&file, "pool:\n  size: 1\n  mode: transaction\n").unwrap();
+    pooler.signal("HUP");
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = scrape(&pooler);
+        if sample(&text, "droidpool_config_generation", "") == Some(2.0) {
+            break;
+        }
+        assert!(Instant::now() < until, "no reload after SIGHUP:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Transaction mode now: two clients share the one server in turn.
+    let a = pooler.connect(USER, DB).await;
+    let b = pooler.connect(USER, DB).await;
+    a.simple_query("select 1").await.unwrap();
+    b.simple_query("select 1").await.unwrap();
+    a.simple_query("select 1").await.unwrap();
+}
+
+fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, String) {
+    let out = Command::new(support::bin("psql"))
+        .args([
+            "-X",
+            "-A",
+            "-F",
+            "|",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pooler.port().to_string(),
+            "-U",
+            user,
+            "-d",
+            db,
+            "-c",
+            sql,
+        ])
+        .env_remove("PGPASSWORD")
+        .env("PGCONNECT_TIMEOUT", "10")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run psql");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_console_through_psql() {
+    let pg = support::shared();
+    let yaml = format!(
+        "admin:\n  console_users: [{USER}]\nserver:\n  password: console-test-s3cret\npool:\n  size: 3\n"
+    );
+    let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let app = pooler.connect(USER, DB).await;
+    app.simple_query("select 1").await.unwrap();
+
+    let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW POOLS"));
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with(
+            "database|user|cl_active|cl_waiting|sv_active|sv_idle|sv_login|maxwait|pool_mode"
+        ),
+        "{header}"
+    );
+    let row = lines.next().unwrap();
+    assert!(row.starts_with(&format!("{DB}|{USER}|")), "{out}");
+    assert!(row.contains("|transaction|3"), "{row}");
+
+    let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "pgbouncer", "show stats;"));
+    assert!(ok);
+    assert!(
+        out.starts_with("database|total_xact_count|total_query_count"),
+        "{out}"
+    );
+    let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW CLIENTS"));
+    assert!(ok);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("C|")).count(),
+        1,
+        "{out}"
+    );
+    let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW SERVERS"));
+    assert!(ok);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("S|") && l.ends_with("|idle|")),
+        "{out}"
+    );
+    let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW VERSION"));
+    assert!(ok && out.contains("droid-pool "), "{out}");
+    let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW CONFIG"));
+    assert!(ok);
+    assert!(out.contains("pool.size|3"), "{out}");
+    assert!(out.contains("server.password|<redacted>"), "{out}");
+    assert!(
+        !out.contains("console-test-s3cret"),
+        "a secret leaked: {out}"
+    );
+
+    // PAUSE holds new transactions until RESUME; the session itself stays.
+    let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "PAUSE"));
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "PAUSE");
+    let (code, _) = block_in_place(|| pooler.admin_get("/readyz"));
+    assert_eq!(code, 503, "paused means not ready");
+    let held = tokio::spawn(async move {
+        let started = Instant::now();
+        app.simple_query("select 2").await.unwrap();
+        started.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "a transaction ran while paused");
+    let (ok, _, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "RESUME"));
+    assert!(ok, "{err}");
+    let waited = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("released by RESUME")
+        .unwrap();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    let (code, _) = block_in_place(|| pooler.admin_get("/readyz"));
+    assert_eq!(code, 200);
+
+    // Errors are SQL errors, and only console users get in.
+    let (ok, _, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW NOTHING"));
+    assert!(!ok && err.contains("ERROR"), "{err}");
+    let (ok, _, err) = block_in_place(|| psql(&pooler, "postgres", "droidpool", "SHOW POOLS"));
+    assert!(
+        !ok && err.contains("may not use the admin console"),
+        "{err}"
+    );
+    let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "RELOAD"));
+    assert!(ok && out.trim() == "RELOAD", "{out} {err}");
+}
