@@ -48,6 +48,7 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
         .await
         .map_err(|source| AppError::Bind { addr, source })?;
     let local = listener.local_addr().unwrap_or(addr);
+    warm_up(&shared).await;
     shared.lifecycle.mark_started();
     shared.events.listening(local);
     tracing::info!(%local, %admin, "accepting clients; admin server up");
@@ -72,6 +73,30 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
         load(&l.aborted),
     );
     Ok(stopped)
+}
+
+/// With `pool.min_size` > 0 and a configured server user and database, that pool is opened
+/// before startup completes: `/startupz` turns 200 once its first login succeeded or failed
+/// for good.
+async fn warm_up(shared: &Arc<Shared>) {
+    let cfg = shared.config.load();
+    let (Some(user), Some(database)) = (&cfg.server.user, &cfg.server.database) else {
+        return;
+    };
+    if cfg.pool.min_size == 0 {
+        return;
+    }
+    let key = crate::pool::PoolKey {
+        database: database.clone(),
+        user: user.clone(),
+    };
+    let pool = shared.pools.get(&key);
+    let limit = cfg.server.connect_timeout * 2;
+    match tokio::time::timeout(limit, pool.startup_params()).await {
+        Ok(Ok(_)) => tracing::info!(pool = pool.name(), "first server login succeeded"),
+        Ok(Err(e)) => tracing::error!(pool = pool.name(), error = %e, "first server login failed"),
+        Err(_) => tracing::error!(pool = pool.name(), "first server login timed out"),
+    }
 }
 
 /// Proves the data plane's runtime is turning, for liveness, even with no pools yet.

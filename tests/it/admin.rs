@@ -297,3 +297,28 @@ async fn admin_console_through_psql() {
     let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "RELOAD"));
     assert!(ok && out.trim() == "RELOAD", "{out} {err}");
 }
+
+/// With `pool.min_size` and a configured server user and database, startup completes only
+/// after the first server login, and the warm minimum is kept open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_is_connected_before_startup() {
+    let pg = support::shared();
+    let yaml =
+        format!("server:\n  user: {USER}\n  database: {DB}\npool:\n  min_size: 2\n  size: 4\n");
+    let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let lines = pooler.lines();
+    let server = lines.iter().position(|l| l == "[POOL] server 1 connected");
+    let listening = lines
+        .iter()
+        .position(|l| l.starts_with("[POOL] listening on"));
+    assert!(
+        server.is_some() && server < listening,
+        "the first login comes before startup completes: {lines:?}"
+    );
+    let (code, _) = block_in_place(|| pooler.admin_get("/startupz"));
+    assert_eq!(code, 200);
+    wait_metrics(&pooler, Duration::from_secs(5), "2 warm servers", |t| {
+        sample(t, "droidpool_servers", "state=\"idle\"") == Some(2.0)
+    })
+    .await;
+}
