@@ -4,6 +4,8 @@
 pub mod cancel;
 mod console;
 mod error;
+mod finish;
+mod flush;
 mod io;
 mod replies;
 mod requests;

@@ -2,15 +2,15 @@
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
-use super::io::{read_some, release_if_empty, SHRINK_ABOVE};
+use super::io::{read_some, release_if_empty};
 use super::startup::Login;
 use crate::config::PoolMode;
 use crate::params::ClientParams;
@@ -27,11 +27,6 @@ const WAIT_READ_LIMIT: usize = 1 << 20;
 pub(super) enum Flow {
     Continue,
     Quit,
-}
-
-enum Progress {
-    Wrote(std::io::Result<usize>),
-    Read(std::io::Result<usize>),
 }
 
 enum Event {
@@ -298,7 +293,7 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    fn count_transaction(&mut self) {
+    pub(super) fn count_transaction(&mut self) {
         if let Some(since) = self.held_since.take() {
             let m = &self.shared.metrics.clients;
             m.transactions.inc();
@@ -399,62 +394,6 @@ impl<'a> Session<'a> {
         self.skipping = true;
     }
 
-    /// Writes what is queued for the server while still reading the server: a server blocked
-    /// writing results stops reading, so a pooler that only wrote would deadlock with it on a
-    /// large pipeline. What arrives meanwhile is handled and passed on to the client.
-    pub(super) async fn flush_server(&mut self) -> Result<(), ClientError> {
-        let mut written = 0;
-        while written < self.sout.len() {
-            let Some(srv) = self.server.as_mut() else {
-                break;
-            };
-            if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
-                srv.rbuf.reserve(16 * 1024);
-            }
-            let (mut rd, mut wr) = srv.stream.split();
-            let progress = tokio::select! {
-                biased;
-                r = wr.write(&self.sout[written..]) => Progress::Wrote(r),
-                r = rd.read_buf(&mut srv.rbuf) => Progress::Read(r),
-            };
-            match progress {
-                Progress::Wrote(Ok(n)) if n > 0 => written += n,
-                Progress::Read(Ok(n)) if n > 0 => {
-                    self.drain_server()?;
-                    self.flush_client().await?;
-                }
-                Progress::Wrote(r) | Progress::Read(r) => {
-                    let why = r
-                        .err()
-                        .map_or("server closed the connection".into(), |e| e.to_string());
-                    return Err(ClientError::ServerLost(why));
-                }
-            }
-        }
-        self.sout.clear();
-        if self.sout.capacity() > SHRINK_ABOVE {
-            self.sout = BytesMut::new();
-        }
-        Ok(())
-    }
-
-    pub(super) async fn flush_client(&mut self) -> Result<(), ClientError> {
-        if self.cout.is_empty() {
-            return Ok(());
-        }
-        self.client.write_all(&self.cout).await?;
-        self.shared
-            .metrics
-            .clients
-            .bytes_out
-            .inc_by(self.cout.len() as u64);
-        self.cout.clear();
-        if self.cout.capacity() > SHRINK_ABOVE {
-            self.cout = BytesMut::new();
-        }
-        Ok(())
-    }
-
     /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.
     fn at_session_boundary(&self) -> bool {
         self.mode == PoolMode::Session
@@ -475,76 +414,5 @@ impl<'a> Session<'a> {
         release_if_empty(&mut self.cbuf);
         release_if_empty(&mut self.cout);
         release_if_empty(&mut self.sout);
-    }
-
-    /// Returns the held server if it is idle and in step; otherwise closes it. A session-mode
-    /// server is reset first.
-    fn finish(&mut self, server_ok: bool) {
-        self.shared
-            .metrics
-            .prepared
-            .kept
-            .sub(self.kept_counted as i64);
-        self.kept_counted = 0;
-        self.count_transaction();
-        let Some(conn) = self.server.take() else {
-            return;
-        };
-        self.shared.events.client_released_server(self.id, conn.id);
-        self.cancel.clear();
-        let clean = server_ok
-            && conn.replies.is_empty()
-            && self.status == backend::TX_IDLE
-            && conn.rbuf.is_empty();
-        let cfg = self.shared.config.load();
-        let reset = &cfg.pool.reset_query;
-        if !clean {
-            self.pool.discard(conn);
-        } else if self.mode == PoolMode::Session && !reset.is_empty() {
-            tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
-        } else {
-            self.pool.checkin(conn);
-        }
-    }
-}
-
-/// Runs the reset query on a server whose session-mode client left, then returns it.
-async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
-    let run = async {
-        let mut b = BytesMut::new();
-        frontend::query(&mut b, &sql);
-        conn.stream.write_all(&b).await?;
-        loop {
-            let f = crate::server::read_frame(&mut conn)
-                .await
-                .map_err(std::io::Error::other)?;
-            match f.tag {
-                backend::PARAMETER_STATUS_TAG => {
-                    if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
-                        conn.params.set(k, v);
-                    }
-                }
-                backend::ERROR_RESPONSE_TAG => {
-                    return Err(std::io::Error::other("reset query failed"));
-                }
-                backend::READY_FOR_QUERY_TAG => {
-                    return if f.body() == [backend::TX_IDLE] {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::other("reset left a transaction open"))
-                    }
-                }
-                _ => {}
-            }
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(10), run).await {
-        Ok(Ok(())) => {
-            // DISCARD ALL (the default) drops every prepared statement and setting.
-            conn.statements.clear();
-            conn.applied = Default::default();
-            pool.checkin(conn)
-        }
-        _ => pool.discard(conn),
     }
 }
