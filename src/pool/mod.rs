@@ -2,10 +2,12 @@
 //! connecting on demand, and maintenance. A pool never parses client messages.
 
 mod connect;
+mod error;
 mod maintenance;
 mod registry;
 
 pub use connect::Backend;
+pub use error::{PoolError, ServerFailure};
 pub use registry::{PoolKey, Pools};
 
 use std::collections::VecDeque;
@@ -13,7 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use thiserror::Error;
 use tokio::sync::{oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -21,62 +22,9 @@ use crate::config::Config;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
-use crate::protocol::sqlstate;
-use crate::server::{Server, ServerError, ServerTarget};
+use crate::server::{Server, ServerTarget};
 use crate::shared::Counters;
 use std::sync::atomic::{AtomicI64, Ordering};
-
-#[derive(Debug, Error, Clone)]
-pub enum PoolError {
-    #[error(
-        "no server connection available in pool {pool} within {waited:?} (query_wait_timeout)"
-    )]
-    WaitTimeout { pool: String, waited: Duration },
-    #[error("too many clients already waiting for pool {pool} (max_waiting_clients {max})")]
-    TooManyWaiting { pool: String, max: usize },
-    /// The server refused or failed the login (boxed: errors stay small in every future).
-    #[error("{}", .0.message)]
-    Server(Box<ServerFailure>),
-    #[error("pool {0} is closed")]
-    Closed(String),
-    #[error("database \"{database}\" is unavailable: circuit open")]
-    CircuitOpen {
-        database: String,
-        retry_after: Duration,
-    },
-}
-
-/// What a failed server login tells the client.
-#[derive(Debug, Clone)]
-pub struct ServerFailure {
-    pub code: String,
-    pub message: String,
-    pub detail: Option<String>,
-}
-
-impl PoolError {
-    pub fn sqlstate(&self) -> &str {
-        match self {
-            PoolError::WaitTimeout { .. } => sqlstate::QUERY_CANCELED,
-            PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
-            PoolError::Server(f) => &f.code,
-            PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
-            PoolError::CircuitOpen { .. } => sqlstate::CANNOT_CONNECT_NOW,
-        }
-    }
-
-    fn from_server(e: &ServerError) -> Self {
-        let (message, detail) = match e {
-            ServerError::Rejected(f) => (f.message.clone(), f.detail.clone()),
-            other => (other.to_string(), None),
-        };
-        PoolError::Server(Box::new(ServerFailure {
-            code: e.sqlstate().to_owned(),
-            message,
-            detail,
-        }))
-    }
-}
 
 /// Settings a pool reads; taken from the config when the pool is made.
 #[derive(Debug, Clone, Copy, PartialEq)]

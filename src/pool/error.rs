@@ -1,0 +1,60 @@
+//! Why a pool could not give a client a server, with the SQLSTATE the client sees.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::protocol::sqlstate;
+use crate::server::ServerError;
+
+#[derive(Debug, Error, Clone)]
+pub enum PoolError {
+    #[error(
+        "no server connection available in pool {pool} within {waited:?} (query_wait_timeout)"
+    )]
+    WaitTimeout { pool: String, waited: Duration },
+    #[error("too many clients already waiting for pool {pool} (max_waiting_clients {max})")]
+    TooManyWaiting { pool: String, max: usize },
+    /// The server refused or failed the login (boxed: errors stay small in every future).
+    #[error("{}", .0.message)]
+    Server(Box<ServerFailure>),
+    #[error("pool {0} is closed")]
+    Closed(String),
+    #[error("database \"{database}\" is unavailable: circuit open")]
+    CircuitOpen {
+        database: String,
+        retry_after: Duration,
+    },
+}
+
+/// What a failed server login tells the client.
+#[derive(Debug, Clone)]
+pub struct ServerFailure {
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+impl PoolError {
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            PoolError::WaitTimeout { .. } => sqlstate::QUERY_CANCELED,
+            PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
+            PoolError::Server(f) => &f.code,
+            PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
+            PoolError::CircuitOpen { .. } => sqlstate::CANNOT_CONNECT_NOW,
+        }
+    }
+
+    pub(super) fn from_server(e: &ServerError) -> Self {
+        let (message, detail) = match e {
+            ServerError::Rejected(f) => (f.message.clone(), f.detail.clone()),
+            other => (other.to_string(), None),
+        };
+        PoolError::Server(Box::new(ServerFailure {
+            code: e.sqlstate().to_owned(),
+            message,
+            detail,
+        }))
+    }
+}
