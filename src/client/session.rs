@@ -337,6 +337,7 @@ impl<'a> Session<'a> {
             PoolError::Closed(_) => "shutting_down",
             PoolError::Server(_) => "server_unavailable",
             PoolError::CircuitOpen { .. } => "circuit_open",
+            PoolError::Unavailable { .. } => "server_unavailable",
         };
         self.shared
             .metrics

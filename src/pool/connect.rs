@@ -21,6 +21,8 @@ pub struct Backend {
     pub budget: RetryBudget,
     pub backoff: crate::resilience::BackoffConfig,
     pub max_connecting: usize,
+    /// What a client refused while a probe runs is told to wait.
+    pub probe_hint: Duration,
 }
 
 impl Backend {
@@ -38,6 +40,7 @@ impl Backend {
             budget,
             backoff: cfg.backoff,
             max_connecting: cfg.pool.max_connecting,
+            probe_hint: cfg.breaker.cooldown_base,
         }
     }
 }
@@ -69,13 +72,19 @@ impl Pool {
 
     /// Opens one server for the warm minimum, without a waiter.
     pub(super) fn spawn_warm(&self) -> bool {
-        if self.lock().connecting >= self.inner.backend.max_connecting.max(1) {
+        let mut st = self.lock();
+        self.spawn_warm_locked(&mut st)
+    }
+
+    /// As [`Pool::spawn_warm`], with the pool state already locked.
+    fn spawn_warm_locked(&self, st: &mut PoolState) -> bool {
+        if st.connecting >= self.inner.backend.max_connecting.max(1) {
             return false;
         }
         let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
             return false;
         };
-        self.lock().connecting += 1;
+        st.connecting += 1;
         let pool = self.clone();
         tokio::spawn(async move {
             let res = pool.connect(true).await;
@@ -93,7 +102,6 @@ impl Pool {
         });
         let mut first = true;
         loop {
-            let before = b.breaker.state();
             let permit = match b.breaker.try_acquire(Instant::now()) {
                 Admission::Allowed(p) | Admission::Probe(p) => p,
                 Admission::Rejected { retry_after } => {
@@ -107,6 +115,7 @@ impl Pool {
             }
             let res = server::login(&self.inner.target).await;
             let now = Instant::now();
+            let before = b.breaker.state();
             match res {
                 Ok(conn) => {
                     permit.record_success(now);
@@ -165,14 +174,22 @@ impl Pool {
         }
     }
 
-    /// While the breaker is open, a client that needs a new connection is refused at once.
-    pub(super) fn circuit_open(&self) -> Option<PoolError> {
+    /// While the breaker is not closed, a client that needs a new connection is refused at
+    /// once: during the cooldown, while the probe runs, and when the cooldown has just ended
+    /// (then the client's demand starts the probe in the background; it never waits on it).
+    pub(super) fn circuit_open(&self, st: &mut PoolState) -> Option<PoolError> {
         let b = &self.inner.backend;
-        if b.breaker.state() != BreakerState::Open {
+        if b.breaker.state() == BreakerState::Closed {
             return None;
         }
         let retry_after = b.breaker.retry_after(Instant::now());
-        (!retry_after.is_zero()).then(|| self.circuit_error(retry_after))
+        if !retry_after.is_zero() {
+            return Some(self.circuit_error(retry_after));
+        }
+        // If no login can start (capacity, or logins already in flight), one in flight is the
+        // probe; either way the client is told when to come back.
+        self.spawn_warm_locked(st);
+        Some(self.circuit_error(b.probe_hint))
     }
 
     fn circuit_error(&self, retry_after: Duration) -> PoolError {
@@ -228,7 +245,15 @@ impl Pool {
                 // With no server open, nobody will be served soon: tell every waiter now.
                 // Otherwise a busy server will come back; fail only one waiter.
                 let all = e.is_config_error() || self.open_count() == 0;
-                self.fail_waiters(PoolError::from_server(&e), all);
+                let err = if e.is_config_error() {
+                    PoolError::from_server(&e)
+                } else {
+                    PoolError::Unavailable {
+                        database: self.inner.database.clone(),
+                        reason: e.to_string(),
+                    }
+                };
+                self.fail_waiters(err, all);
             }
         }
     }

@@ -20,6 +20,10 @@ pub enum PoolError {
     Server(Box<ServerFailure>),
     #[error("pool {0} is closed")]
     Closed(String),
+    /// The backend cannot be reached right now (a transient login failure): clients are told
+    /// to come back, not that their connection broke (no class 08).
+    #[error("database \"{database}\" is unavailable: {reason}")]
+    Unavailable { database: String, reason: String },
     #[error("database \"{database}\" is unavailable: circuit open")]
     CircuitOpen {
         database: String,
@@ -42,7 +46,9 @@ impl PoolError {
             PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
             PoolError::Server(f) => &f.code,
             PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
-            PoolError::CircuitOpen { .. } => sqlstate::CANNOT_CONNECT_NOW,
+            PoolError::CircuitOpen { .. } | PoolError::Unavailable { .. } => {
+                sqlstate::CANNOT_CONNECT_NOW
+            }
         }
     }
 

@@ -314,7 +314,7 @@ impl Pool {
                 }
                 return Ok(conn);
             }
-            if let Some(e) = self.circuit_open() {
+            if let Some(e) = self.circuit_open(&mut st) {
                 return Err(e);
             }
             let max_waiting = self.settings().max_waiting;

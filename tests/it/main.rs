@@ -2,6 +2,7 @@ mod admin;
 mod badinput;
 mod codec;
 mod core;
+mod faults;
 mod lifecycle;
 mod prepared;
 mod support;
