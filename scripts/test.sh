@@ -30,6 +30,12 @@ step_drivers() {
   bash scripts/driver-tests.sh
 }
 
+# The game day in its short form (10 s faults) for droid-pool, pass conditions asserted; it
+# says SKIP where network namespaces or nft are not allowed.
+step_gameday() {
+  bash chaos/gameday/run.sh --short --targets droid-pool --no-publish --skip-unsupported
+}
+
 # Each cargo-fuzz target for a few seconds (compile-only where no nightly toolchain exists).
 step_fuzz() {
   bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
@@ -48,6 +54,7 @@ STEPS=(
   "clippy:step_clippy"
   "test:step_test"
   "drivers:step_drivers"
+  "gameday:step_gameday"
   "fuzz:step_fuzz"
   "bench-smoke:step_bench_smoke"
 )

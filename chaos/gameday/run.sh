@@ -15,6 +15,7 @@
 # naive clients, half good clients (chaos/gameday/gameday.py). Prints PASS/FAIL per run against
 # the issue's criteria; exits 1 if a droid-pool run fails (PgBouncer's results are shown only).
 set -euo pipefail
+trap 'echo "run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -155,7 +156,7 @@ GD=("$PY" "$HERE/gameday.py")
 # --- work dir, cleanup ---------------------------------------------------------------------
 WORK=$(mktemp -d /tmp/dpgd.XXXXXX)
 chmod 755 "$WORK"
-[[ -n $OUT ]] || OUT=$ROOT/target/gameday/$(date -u +%Y%m%dT%H%M%SZ)$([[ $SHORT -eq 1 ]] && echo -short)
+[[ -n $OUT ]] || OUT=$ROOT/target/gameday/$(date -u +%Y%m%dT%H%M%SZ)$(if [[ $SHORT -eq 1 ]]; then echo -short; fi)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 PGDATA=$WORK/pgdata
