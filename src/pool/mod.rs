@@ -446,3 +446,73 @@ async fn terminate(mut conn: Server) {
     crate::protocol::frontend::terminate(&mut b);
     let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.write_all(&b)).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// A pool whose one server is logging in to a listener that never answers.
+    fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
+        let mut cfg = Config::default();
+        cfg.pool.size = 1;
+        let settings = PoolSettings {
+            max_waiting,
+            query_wait_timeout: Duration::from_secs(1),
+            ..PoolSettings::from_config(&cfg)
+        };
+        let target = ServerTarget {
+            host: "127.0.0.1".into(),
+            port: listener.local_addr().unwrap().port(),
+            user: "u".into(),
+            database: "d".into(),
+            password: None,
+            connect_timeout: Duration::from_secs(3600),
+        };
+        let key = PoolKey {
+            database: "d".into(),
+            user: "u".into(),
+        };
+        Pool::new(
+            &key,
+            "transaction",
+            target,
+            settings,
+            PoolDeps {
+                events: Events::new(false),
+                counters: Arc::new(Counters::default()),
+                metrics: Arc::new(Metrics::new()),
+                shutdown: CancellationToken::new(),
+                backend: Arc::new(Backend::from_config(&cfg)),
+            },
+        )
+    }
+
+    /// Admission is bounded in count (53300 at once beyond the cap) and in time (57014 at the
+    /// deadline), deterministically under paused time.
+    #[tokio::test(start_paused = true)]
+    async fn admission_cap_and_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pool = stuck_pool(&listener, 2);
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let p = pool.clone();
+                tokio::spawn(async move { p.checkout().await.map(|_| ()) })
+            })
+            .collect();
+        // Let both join the queue.
+        while pool.inner.waiting.load(Ordering::Relaxed) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let refused = pool.checkout().await.map(|_| ()).unwrap_err();
+        assert_eq!(refused.sqlstate(), "53300", "{refused}");
+        let started = tokio::time::Instant::now();
+        for w in waiting {
+            let e = w.await.unwrap().unwrap_err();
+            assert_eq!(e.sqlstate(), "57014", "{e}");
+        }
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        // A waiter that gave up left the queue: there is room again.
+        assert_eq!(pool.inner.waiting.load(Ordering::Relaxed), 0);
+    }
+}
