@@ -163,22 +163,28 @@ pg initdb -D "$PGDATA_DIR" -U postgres -A trust -E UTF8 --locale=C --no-sync \
   cat "$TMP/initdb.log" >&2
   exit 1
 }
-PG_PORT=$(free_port)
 cat >>"$PGDATA_DIR/postgresql.conf" <<CONF
 
 # --- droid-pool driver tests ---
 listen_addresses = '127.0.0.1'
-port = $PG_PORT
 unix_socket_directories = '$TMP'
 max_connections = 100
 fsync = off
 synchronous_commit = off
 full_page_writes = off
 CONF
-if ! pg pg_ctl -D "$PGDATA_DIR" -l "$PGDATA_DIR/postgres.log" -w -t 60 start >/dev/null; then
-  tail -n 30 "$PGDATA_DIR/postgres.log" >&2 || true
-  exit 1
-fi
+# A free port can be taken by someone else before PostgreSQL binds it: try a few.
+for attempt in 1 2 3; do
+  PG_PORT=$(free_port)
+  if pg pg_ctl -D "$PGDATA_DIR" -l "$PGDATA_DIR/postgres.log" -o "-p $PG_PORT" -w -t 60 \
+    start >/dev/null; then
+    break
+  fi
+  if [[ $attempt -eq 3 ]]; then
+    tail -n 30 "$PGDATA_DIR/postgres.log" >&2 || true
+    exit 1
+  fi
+done
 PG_STARTED=1
 log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT"
 
