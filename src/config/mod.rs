@@ -60,6 +60,12 @@ pub enum AuthMethod {
     /// No password; allowed only on loopback unless `allow_trust_on_network`.
     #[default]
     Trust,
+    /// MD5 password challenge (issue #7 implements it; here only the config shape, so the
+    /// operator can render it).
+    Md5,
+    /// SCRAM-SHA-256 (issue #7 implements it; here only the config shape).
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -212,6 +218,11 @@ pub struct ClientConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     pub method: AuthMethod,
+    /// PgBouncer-style userlist.txt with the users' passwords or verifiers (issue #7).
+    pub users_file: Option<PathBuf>,
+    /// Directory of files named by user holding the plaintext password, as a mounted
+    /// Kubernetes Secret is (issue #7).
+    pub passwords_dir: Option<PathBuf>,
     /// Permit `trust` on a non-loopback listen address.
     pub allow_trust_on_network: bool,
 }
