@@ -30,7 +30,7 @@ pub const FIELD_MANAGER: &str = "droid-pool-operator";
 /// A healthy PoolConfig is looked at again this often even without a watch event.
 const RESYNC: Duration = Duration::from_secs(300);
 /// A missing Secret is checked again this often (it may be created any time).
-const SECRET_RETRY: Duration = Duration::from_secs(15);
+const SECRET_RETRY: Duration = Duration::from_secs(5);
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
 
