@@ -191,8 +191,10 @@ pub async fn hold(elector: &Elector, stop: &CancellationToken) -> bool {
             Ok(false) => return false,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot renew the leader Lease");
-                // Give up a little before others may take it, never act as a second leader.
-                if last_renewal.elapsed() + elector.cfg.retry_period >= elector.cfg.lease_duration {
+                // Give up two retry periods before others may take it (the next attempt
+                // could come too late): never act as a second leader.
+                let margin = elector.cfg.retry_period * 2;
+                if last_renewal.elapsed() + margin >= elector.cfg.lease_duration {
                     return false;
                 }
             }

@@ -46,7 +46,10 @@ impl Metrics {
             HistogramOpts::new("reconcile_duration_seconds", "Time of one reconciliation")
                 .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
         )?;
-        let leader = IntGauge::new("leader", "1 while this process holds the leader Lease")?;
+        let leader = IntGauge::new(
+            "leader",
+            "Whether this process holds the leader Lease (1) or not (0)",
+        )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         registry.register(Box::new(duration.clone()))?;
