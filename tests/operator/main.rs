@@ -4,6 +4,7 @@
 
 mod mock;
 mod process;
+mod rbac;
 mod reconcile;
 mod schema;
 mod support;

@@ -108,12 +108,21 @@ fn spawn_watchdog(tools: &Path, run_dir: &Path) -> Result<(), String> {
 
 /// A client of the test API server (admin), for the calling test's runtime.
 pub async fn client() -> Client {
-    let path = kubeconfig();
-    let kc = Kubeconfig::read_from(path).expect("read kubeconfig");
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
+    Client::try_from(config().await).expect("client")
+}
+
+/// A client that acts as `user` (admin impersonating it), so RBAC applies as to that user.
+pub async fn client_as(user: &str) -> Client {
+    let mut cfg = config().await;
+    cfg.auth_info.impersonate = Some(user.into());
     Client::try_from(cfg).expect("client")
+}
+
+async fn config() -> Config {
+    let kc = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
+    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig")
 }
 
 /// Installs the CRD exactly as `droid-pool-operator crd` prints it and waits until served.
