@@ -178,6 +178,27 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         ),
         Target::Deployment(t) => deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?,
     };
+    let (rendered_v, degraded) = rendered_verdicts(&rendered);
+    let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
+    publish(
+        pc,
+        ctx,
+        &[ready, rendered_v.clone(), degraded.clone()],
+        Some(&rendered),
+    )
+    .await?;
+    if changed {
+        let updated = Verdict::new(CONFIG_RENDERED, true, "ConfigUpdated", rendered_v.message);
+        event(ctx, pc, EventType::Normal, &updated).await;
+    }
+    if degraded.status {
+        event(ctx, pc, EventType::Warning, &degraded).await;
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// `ConfigRendered` and `Degraded` for a config that rendered and was applied.
+fn rendered_verdicts(rendered: &Rendered) -> (Verdict, Verdict) {
     let s = rendered.sizing;
     let rendered_v = Verdict::new(
         CONFIG_RENDERED,
@@ -201,22 +222,7 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     } else {
         Verdict::new(DEGRADED, false, "AsExpected", "no problem found".into())
     };
-    let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
-    publish(
-        pc,
-        ctx,
-        &[ready, rendered_v.clone(), degraded.clone()],
-        Some(&rendered),
-    )
-    .await?;
-    if changed {
-        let updated = Verdict::new(CONFIG_RENDERED, true, "ConfigUpdated", rendered_v.message);
-        event(ctx, pc, EventType::Normal, &updated).await;
-    }
-    if degraded.status {
-        event(ctx, pc, EventType::Warning, &degraded).await;
-    }
-    Ok(Action::requeue(RESYNC))
+    (rendered_v, degraded)
 }
 
 /// The ConfigMap's name: the sidecar target names it; a deployment's is `<name>-config`.

@@ -136,8 +136,8 @@ fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
     }
 }
 
-/// The pooler container and its volumes.
-fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendered) -> PodSpec {
+/// The ConfigMap (whole, at `CONFIG_DIR`) and the Secrets the spec names, as files.
+fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![Volume {
         name: "config".into(),
         config_map: Some(ConfigMapVolumeSource {
@@ -160,6 +160,12 @@ fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendere
         volumes.push(secret_volume("client-passwords", name, None));
         mounts.push(volume("client-passwords", CLIENT_PASSWORDS_DIR));
     }
+    (volumes, mounts)
+}
+
+/// The pooler container and its volumes.
+fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendered) -> PodSpec {
+    let (volumes, mounts) = volumes(pc, config_map);
     // The kubelet's SIGKILL must come after the pooler's own drain deadline.
     let grace = r.config.drain.timeout.as_secs_f64().ceil() as i64 + 5;
     PodSpec {
