@@ -2,10 +2,10 @@
 //! ConfigMaps and Deployments they own, and the pods their sidecar selectors count) and the
 //! graceful shutdown that lets reconciliations in flight finish.
 
-use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
@@ -15,6 +15,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+
+use tokio_util::sync::CancellationToken;
 
 use super::crd::{PoolConfig, Target};
 use super::metrics::Metrics;
@@ -54,33 +56,46 @@ where
     }
 }
 
-/// Runs the controller over `namespace` (all when `None`) until `shutdown` completes; then
-/// it stops taking new work and waits for the reconciliations in flight.
-pub async fn run(
-    ctx: Arc<Context>,
-    namespace: Option<&str>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
+/// How long in-flight reconciliations may run after shutdown before they are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs the controller over `namespace` (all when `None`) until `shutdown` is cancelled; then
+/// it stops taking new work and waits (up to `SHUTDOWN_GRACE`) for reconciliations in flight.
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: CancellationToken) {
     let client = ctx.client.clone();
     let wc = watcher::Config::default();
     let owned = watcher::Config::default().labels(OWNED_SELECTOR);
     let controller = Controller::new(api::<PoolConfig>(&client, namespace), wc.clone());
     let store = controller.store();
-    controller
+    let mapper_store = store.clone();
+    let work = controller
         .owns(api::<ConfigMap>(&client, namespace), owned.clone())
         .owns(api::<Deployment>(&client, namespace), owned)
         .watches(api::<Pod>(&client, namespace), wc, move |pod| {
-            sidecar_owners(&store.state(), &pod)
+            sidecar_owners(&mapper_store.state(), &pod)
         })
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),
                 Err(e) => tracing::debug!(error = %e, "reconcile attempt failed"),
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = work => {}
+        () = async {
+            shutdown.cancelled().await;
+            // kube-runtime holds its runner until the store's first list completes, and a
+            // graceful shutdown stops that list: stopping before then would wait forever.
+            // Nothing can be in flight yet, so stop at once.
+            if store.wait_until_ready().now_or_never().is_none() {
+                return;
+            }
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "reconciliations still running; dropping them");
+        } => {}
+    }
     tracing::info!("controller stopped");
 }
 

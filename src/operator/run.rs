@@ -57,13 +57,13 @@ pub async fn run(
     let ns = opts.namespace.clone();
     let result = match opts.lease {
         None => {
-            controller::run(ctx, ns.as_deref(), shutdown.clone().cancelled_owned()).await;
+            controller::run(ctx, ns.as_deref(), shutdown.clone()).await;
             Ok(())
         }
         Some(lease) => {
             let elector = Elector::new(client, lease);
             lead(&elector, &metrics, &shutdown, |stop| async move {
-                controller::run(ctx, ns.as_deref(), stop.cancelled_owned()).await;
+                controller::run(ctx, ns.as_deref(), stop).await;
             })
             .await
         }
@@ -72,6 +72,7 @@ pub async fn run(
     if let Err(e) = http.await {
         tracing::warn!(error = %e, "metrics server task failed");
     }
+    tracing::info!("operator stopped");
     result
 }
 
@@ -107,8 +108,11 @@ where
     if !kept {
         return Err(RunError::LeaseLost(cfg.name.clone()));
     }
-    if let Err(e) = elector.release().await {
-        tracing::warn!(error = %e, "cannot release the leader Lease; it expires by itself");
+    match elector.release().await {
+        Ok(()) => tracing::info!("leader Lease released"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot release the leader Lease; it expires by itself")
+        }
     }
     Ok(())
 }

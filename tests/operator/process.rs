@@ -170,3 +170,65 @@ async fn two_replicas_one_leader_and_graceful_handover() {
         .expect("clean shutdown");
     assert_eq!(holder(&client, &ns).await, None, "released on shutdown");
 }
+
+/// The binary itself: `crd` prints the committed CRD; `run` leads, serves probes, and on a
+/// real SIGTERM stops cleanly (exit 0) and releases the Lease.
+#[tokio::test]
+async fn the_binary_prints_the_crd_and_stops_cleanly_on_sigterm() {
+    let bin = env!("CARGO_BIN_EXE_droid-pool-operator");
+    let crd = std::process::Command::new(bin)
+        .arg("crd")
+        .output()
+        .expect("run crd");
+    assert!(crd.status.success());
+    assert_eq!(
+        String::from_utf8(crd.stdout).expect("utf-8"),
+        include_str!("../../deploy/crds/poolconfig.yaml")
+    );
+
+    let client = support::client().await;
+    support::install_crd(&client).await;
+    let ns = support::namespace(&client, "binary").await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut child = tokio::process::Command::new(bin)
+        .arg("run")
+        .args(["--metrics-addr", &addr.to_string()])
+        .env("KUBECONFIG", support::kubeconfig())
+        .env("POD_NAMESPACE", &ns)
+        .env("POD_NAME", "bin-op")
+        .env("WATCH_NAMESPACE", &ns)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn operator");
+    eventually("the binary leads", || async {
+        (holder(&client, &ns).await.as_deref() == Some("bin-op")).then_some(())
+    })
+    .await;
+    eventually("the binary is ready", || async {
+        (http_get(addr, "/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    let pid = child.id().expect("pid").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits within 10 s of SIGTERM")
+        .expect("wait");
+    assert!(status.success(), "exit status {status}");
+    assert_eq!(
+        holder(&client, &ns).await,
+        None,
+        "Lease released on SIGTERM"
+    );
+}

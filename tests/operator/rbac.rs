@@ -81,8 +81,9 @@ async fn the_published_cluster_role_is_enough() {
         .await
         .expect("context");
     let stop = CancellationToken::new();
+    let stop2 = stop.clone();
     // All namespaces, as the operator runs by default.
-    let task = tokio::spawn(controller::run(ctx, None, stop.clone().cancelled_owned()));
+    let task = tokio::spawn(async move { controller::run(ctx, None, stop2).await });
     support::create(
         &admin,
         &ns,

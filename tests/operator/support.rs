@@ -24,8 +24,8 @@ use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// The kubeconfig of this process's API server.
-fn kubeconfig() -> &'static Path {
+/// The kubeconfig of this process's API server (started on first use).
+pub fn kubeconfig() -> &'static Path {
     static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
     KUBECONFIG.get_or_init(|| start().unwrap_or_else(|e| panic!("kube-apiserver: {e}")))
 }
@@ -183,7 +183,7 @@ impl Running {
         let ns = ns.to_owned();
         let token = stop.clone();
         let task = tokio::spawn(async move {
-            controller::run(ctx, Some(&ns), token.cancelled_owned()).await;
+            controller::run(ctx, Some(&ns), token).await;
         });
         Running {
             stop,
