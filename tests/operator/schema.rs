@@ -129,3 +129,37 @@ async fn rules_1_20_cannot_check_are_checked_by_the_operator() {
     );
     op.stop().await;
 }
+
+/// The README's two examples (kept in `deploy/examples/`) are accepted by the server and render
+/// into a config the pooler accepts.
+#[tokio::test]
+async fn readme_examples_are_valid() {
+    let client = support::client().await;
+    support::install_crd(&client).await;
+    let ns = support::namespace(&client, "examples").await;
+    let readme = include_str!("../../README.md");
+    let examples = [
+        include_str!("../../deploy/examples/poolconfig-sidecar.yaml"),
+        include_str!("../../deploy/examples/poolconfig-deployment.yaml"),
+    ];
+    let api = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::core::ApiResource::erase::<PoolConfig>(&()),
+    );
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    for text in examples {
+        assert!(readme.contains(text), "README lacks the example:\n{text}");
+        let mut raw: Value = serde_yaml::from_str(text).expect("example YAML");
+        raw["metadata"]["namespace"] = ns.clone().into();
+        let obj: kube::api::DynamicObject = serde_json::from_value(raw.clone()).expect("object");
+        api.create(&dry, &obj)
+            .await
+            .expect("the server accepts the example");
+        let pc: PoolConfig = serde_json::from_value(raw).expect("typed");
+        droid_pool::operator::render::render(&pc.spec, 3).expect("the example renders");
+    }
+}
