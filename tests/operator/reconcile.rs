@@ -353,3 +353,54 @@ async fn missing_secret_is_a_condition_then_recovers() {
     }
     op.stop().await;
 }
+
+#[tokio::test]
+async fn a_budget_smaller_than_the_pods_is_degraded_not_zero() {
+    let client = support::client().await;
+    support::install_crd(&client).await;
+    let ns = support::namespace(&client, "overbudget").await;
+    for name in ["w-1", "w-2", "w-3"] {
+        pending_pod(&client, &ns, name, "w").await;
+    }
+    let op = Running::start(&client, &ns).await;
+    support::create(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "droidpool.io/v1alpha1", "kind": "PoolConfig",
+            "metadata": {"name": "w"},
+            "spec": {"maxServerConnections": 2, "server": {"host": "db"},
+                     "target": {"sidecar": {"configMapName": "w-pool",
+                                            "podSelector": {"matchLabels": {"app": "w"}}}}}
+        }),
+    )
+    .await;
+    let pc = eventually("BudgetExceeded", || async {
+        let pc = get(&client, &ns, "w").await;
+        (condition(&pc, "Degraded") == Some(("True".into(), "BudgetExceeded".into()))).then_some(pc)
+    })
+    .await;
+    // Each pooler still gets one connection: 3 in total, above the budget of 2, and said so.
+    assert_eq!(
+        pc.status.as_ref().and_then(|s| s.applied_pool_size),
+        Some(1)
+    );
+    assert_eq!(pc.status.as_ref().and_then(|s| s.replicas), Some(3));
+    assert_eq!(
+        pool_size(&client, &ns, "w-pool").await.map(|(s, _)| s),
+        Some(1)
+    );
+    assert_eq!(
+        condition(&pc, "Ready"),
+        Some(("True".into(), "ConfigPublished".into()))
+    );
+    let warn = eventually("BudgetExceeded event", || async {
+        events(&client, &ns, "BudgetExceeded")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(warn.type_.as_deref(), Some("Warning"));
+    op.stop().await;
+}

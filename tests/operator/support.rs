@@ -210,20 +210,20 @@ impl Drop for Running {
     }
 }
 
-/// Polls `probe` every 100 ms until it returns `Some`, for at most 30 s.
+/// Polls `probe` every 100 ms until it returns `Some`, for at most 60 s (generous: CI machines are shared).
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(v) = probe().await {
             return v;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out after 30 s waiting for: {what}"
+            "timed out after 60 s waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
