@@ -64,7 +64,7 @@ async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<u32, O
 }
 
 /// A pod that holds (or will hold) server connections.
-pub fn counts(pod: &Pod) -> bool {
+fn counts(pod: &Pod) -> bool {
     let finished = pod
         .status
         .as_ref()
