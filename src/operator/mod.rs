@@ -4,6 +4,7 @@
 
 pub mod controller;
 pub mod crd;
+mod deploy;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -7,19 +7,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use thiserror::Error;
 
-use super::crd::{DeploymentTarget, PoolConfig, PoolConfigStatus, Target};
+use super::crd::{PoolConfig, PoolConfigStatus, Target};
+use super::deploy::{self, apply};
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
 use super::render::{self, Rendered};
@@ -170,13 +168,18 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     )
     .await?;
     let ready = match &pc.spec.target {
-        Target::Sidecar(_) => Verdict::new(
-            READY,
-            true,
-            "ConfigPublished",
-            format!("ConfigMap {cm_name} holds the config; sidecars reload it without restarting"),
-        ),
-        Target::Deployment(t) => deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?,
+        Target::Sidecar(_) => {
+            deploy::undeploy(pc, ctx, &ns).await?;
+            Verdict::new(
+                READY,
+                true,
+                "ConfigPublished",
+                format!(
+                    "ConfigMap {cm_name} holds the config; sidecars reload it without restarting"
+                ),
+            )
+        }
+        Target::Deployment(t) => deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?,
     };
     let (rendered_v, degraded) = rendered_verdicts(&rendered);
     let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
@@ -251,67 +254,6 @@ async fn not_rendered(
     Ok(Action::await_change())
 }
 
-async fn deploy(
-    pc: &PoolConfig,
-    ctx: &Context,
-    ns: &str,
-    t: &DeploymentTarget,
-    cm_name: &str,
-    rendered: &Rendered,
-) -> Result<Verdict, Error> {
-    let unstored = || Error::Unstored(pc.name_any());
-    let name = pc.name_any();
-    let d = render::deployment(pc, t, cm_name, rendered).ok_or_else(unstored)?;
-    let live = apply(
-        Api::<Deployment>::namespaced(ctx.client.clone(), ns),
-        &name,
-        &d,
-    )
-    .await?;
-    let svc = render::service(pc, t).ok_or_else(unstored)?;
-    apply(
-        Api::<Service>::namespaced(ctx.client.clone(), ns),
-        &name,
-        &svc,
-    )
-    .await?;
-    let pdbs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &ctx.pdb);
-    if t.pod_disruption_budget.enabled {
-        let mut pdb = serde_json::to_value(render::pdb(pc, t).ok_or_else(unstored)?)?;
-        // Same fields in policy/v1 and policy/v1beta1; only the version differs.
-        pdb["apiVersion"] = ctx.pdb.api_version.clone().into();
-        apply(pdbs, &name, &pdb).await?;
-    } else {
-        match pdbs.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let desired = live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let ready = live
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    let message = format!("{ready}/{desired} pooler pods ready");
-    Ok(match (desired, ready >= desired) {
-        (0, _) => Verdict::new(READY, false, "ScaledToZero", message),
-        (_, true) => Verdict::new(READY, true, "PoolersReady", message),
-        (_, false) => Verdict::new(READY, false, "PoolersNotReady", message),
-    })
-}
-
-/// Server-side apply under `FIELD_MANAGER`, forced: the operator owns these fields.
-async fn apply<K, P>(api: Api<K>, name: &str, obj: &P) -> Result<K, kube::Error>
-where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
-    P: Serialize + std::fmt::Debug,
-{
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(name, &params, &Patch::Apply(obj)).await
-}
-
 async fn publish(
     pc: &PoolConfig,
     ctx: &Context,
@@ -342,7 +284,7 @@ async fn publish(
 }
 
 /// Publishes an Event about `pc`; a failure to do so is logged, never fatal.
-async fn event(ctx: &Context, pc: &PoolConfig, type_: EventType, v: &Verdict) {
+pub(super) async fn event(ctx: &Context, pc: &PoolConfig, type_: EventType, v: &Verdict) {
     let ev = Event {
         type_,
         reason: v.reason.into(),

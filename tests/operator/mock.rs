@@ -46,7 +46,8 @@ fn context(client: Client) -> Arc<Context> {
 }
 
 /// A stored sidecar PoolConfig without selector or Secrets: its reconcile makes exactly
-/// these calls, in order: apply the ConfigMap, apply the status, then post Events.
+/// these calls, in order: apply the ConfigMap, look for a Deployment left from a deployment
+/// target, apply the status, then post Events.
 fn pool_config() -> Arc<PoolConfig> {
     Arc::new(
         serde_json::from_value(json!({
@@ -60,8 +61,13 @@ fn pool_config() -> Arc<PoolConfig> {
 }
 
 fn status(code: u16) -> Response<Body> {
+    let reason = if code == 404 {
+        "NotFound"
+    } else {
+        "InternalError"
+    };
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                      "message": "scripted failure", "reason": "InternalError", "code": code});
+                      "message": "scripted failure", "reason": reason, "code": code});
     Response::builder()
         .status(code)
         .body(Body::from(body.to_string().into_bytes()))
@@ -134,6 +140,8 @@ async fn api_errors_are_counted_and_retried_with_growing_backoff() {
         })),
     )
     .await;
+    // No pooler Deployment left over from a deployment target.
+    expect(&mut handle, Method::GET, "/deployments/web", status(404)).await;
     let stored = serde_json::to_value(pc.as_ref()).expect("json");
     expect(
         &mut handle,

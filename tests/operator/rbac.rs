@@ -140,6 +140,27 @@ async fn the_published_cluster_role_is_enough() {
         })
         .await;
     }
+    // A switch to sidecars deletes the deployed poolers (the delete verbs).
+    let patch = json!({"spec": {"target": {"deployment": null,
+                                           "sidecar": {"configMapName": "orders-sidecar"}}}});
+    api.patch(
+        "orders",
+        &Default::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("switch target");
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &ns);
+    let services = Api::<Service>::namespaced(admin.clone(), &ns);
+    eventually(
+        "deployed poolers removed as the operator's user",
+        || async {
+            let gone = deployments.get_opt("orders").await.ok()?.is_none()
+                && services.get_opt("orders").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
     stop.cancel();
     task.await.expect("controller stops");
 }

@@ -297,5 +297,29 @@ async fn deployment_target_and_replica_changes() {
     })
     .await;
     assert_eq!(stored.status.expect("status").applied_pool_size, Some(3));
+
+    // Switching to sidecars removes the deployed poolers: left running they would hold
+    // connections outside the budget.
+    let patch = json!({"spec": {"target": {"deployment": null, "sidecar": {
+        "configMapName": "orders-sidecar", "podSelector": {"matchLabels": {"app": "orders"}}}}}});
+    Api::<PoolConfig>::namespaced(client.clone(), &ns)
+        .patch("orders", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("switch target");
+    eventually("Deployment, Service and PDB removed", || async {
+        let gone = deploys.get_opt("orders").await.ok()?.is_none()
+            && Api::<Service>::namespaced(client.clone(), &ns)
+                .get_opt("orders")
+                .await
+                .ok()?
+                .is_none()
+            && pdbs.get_opt("orders").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    eventually("sidecar ConfigMap", || async {
+        pool_size(&client, &ns, "orders-sidecar").await
+    })
+    .await;
     op.stop().await;
 }
