@@ -44,6 +44,7 @@ fn free_port() -> u16 {
 }
 
 fn start() -> Result<PathBuf, String> {
+    let started = std::time::Instant::now();
     let tools = tools();
     let build = Command::new("bash")
         .arg(tools.join("build.sh"))
@@ -74,6 +75,10 @@ fn start() -> Result<PathBuf, String> {
         let stdout = String::from_utf8_lossy(&out.stdout);
         if out.status.success() {
             if let Some(path) = stdout.lines().last() {
+                eprintln!(
+                    "kube-apiserver 1.20 on 127.0.0.1:{api} (etcd {etcd}) after {:?}",
+                    started.elapsed()
+                );
                 return Ok(PathBuf::from(path.trim()));
             }
         }
