@@ -21,6 +21,23 @@ step_clippy() {
   cargo clippy --all-targets -- -D warnings
 }
 
+# The committed PoolConfig CRD copies equal `droid-pool-operator crd`.
+step_crd() {
+  bash scripts/check-crd.sh
+}
+
+# The real kube-apiserver (1.20) the operator tests start: built once from Debian's source
+# package by the shared script (minutes cold, instant when cached). A failed build fails CI
+# here, loudly; the operator tests would fail too (they never skip).
+step_kube_apiserver() {
+  local tools=${DROID_POOL_KAPI_TOOLS:-../shared/tools/kube-apiserver}
+  if [[ ! -f $tools/build.sh ]]; then
+    echo "kube-apiserver: $tools/build.sh not found (set DROID_POOL_KAPI_TOOLS)" >&2
+    return 1
+  fi
+  bash "$tools/build.sh" | tail -n 1
+}
+
 step_test() {
   cargo test --all-targets
 }
@@ -52,6 +69,8 @@ STEPS=(
   "deps:step_deps"
   "fmt:step_fmt"
   "clippy:step_clippy"
+  "crd:step_crd"
+  "kube-apiserver:step_kube_apiserver"
   "test:step_test"
   "drivers:step_drivers"
   "gameday:step_gameday"

@@ -13,6 +13,8 @@ pub mod config;
 pub mod events;
 pub mod lifecycle;
 pub mod metrics;
+#[cfg(feature = "operator")]
+pub mod operator;
 pub mod params;
 pub mod pool;
 pub mod prepared;

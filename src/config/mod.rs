@@ -60,6 +60,12 @@ pub enum AuthMethod {
     /// No password; allowed only on loopback unless `allow_trust_on_network`.
     #[default]
     Trust,
+    /// MD5 password challenge (issue #7 implements it; here only the config shape, so the
+    /// operator can render it).
+    Md5,
+    /// SCRAM-SHA-256 (issue #7 implements it; here only the config shape).
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -212,6 +218,11 @@ pub struct ClientConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     pub method: AuthMethod,
+    /// PgBouncer-style userlist.txt with the users' passwords or verifiers (issue #7).
+    pub users_file: Option<PathBuf>,
+    /// Directory of files named by user holding the plaintext password, as a mounted
+    /// Kubernetes Secret is (issue #7).
+    pub passwords_dir: Option<PathBuf>,
     /// Permit `trust` on a non-loopback listen address.
     pub allow_trust_on_network: bool,
 }
@@ -340,7 +351,23 @@ impl Config {
         cli.apply(&mut cfg);
         cfg.resolve_password()?;
         cfg.validate()?;
+        cfg.refuse_unimplemented_auth()?;
         Ok(cfg)
+    }
+
+    /// This branch knows the md5 / scram-sha-256 config shape (so the operator can render it)
+    /// but not the client authentication itself (issue #7): a pooler that loaded such a file
+    /// would let clients in unauthenticated, so it refuses to start or reload instead. Remove
+    /// when #7 lands; `validate` (what the operator checks) stays unaffected.
+    fn refuse_unimplemented_auth(&self) -> Result<(), ConfigError> {
+        match self.auth.method {
+            AuthMethod::Trust => Ok(()),
+            AuthMethod::Md5 | AuthMethod::ScramSha256 => Err(ConfigError::Invalid(
+                "auth.method md5 / scram-sha-256 is not implemented by this build; \
+                 use trust on loopback"
+                    .into(),
+            )),
+        }
     }
 
     fn resolve_password(&mut self) -> Result<(), ConfigError> {
@@ -492,6 +519,15 @@ mod tests {
         let cli = parse(&["--listen-addr", "0.0.0.0"]);
         let err = Config::load(&cli).unwrap_err().to_string();
         assert!(err.contains("allow_trust_on_network"), "{err}");
+    }
+
+    #[test]
+    fn password_auth_is_refused_until_implemented() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, "auth:\n  method: scram-sha-256\n").unwrap();
+        let err = Config::load(&parse(&["--config", path.to_str().unwrap()])).unwrap_err();
+        assert!(err.to_string().contains("not implemented"), "{err}");
     }
 
     #[test]
