@@ -19,8 +19,10 @@ Usage, in an application's pod template (this chart as a dependency, or a copy o
 
 Arguments (a dict): root (the chart context, for the image and .Values.sidecar defaults);
 configMap (required: the ConfigMap with key droid-pool.yaml, e.g. the one a PoolConfig with a
-sidecar target renders); passwordSecret (optional: a Secret with key "password", mounted for
-server.password_file); resources (optional, defaults to .Values.sidecar.resources).
+sidecar target renders); passwordSecret (optional: the Secret of the PoolConfig's
+spec.server.passwordSecret, mounted at /var/run/droid-pool/server where the operator's rendered
+server.password_file points); passwordKey (optional, default "password": the Secret key, which
+is also the file name); resources (optional, defaults to .Values.sidecar.resources).
 
 The ConfigMap is mounted as a directory, never with subPath: the kubelet then swaps its ..data
 symlink on a change and the pooler hot-reloads it; a subPath mount would never see an update.
@@ -65,8 +67,8 @@ symlink on a change and the pooler hot-reloads it; a subPath mount would never s
       mountPath: /etc/droid-pool
       readOnly: true
     {{- if .passwordSecret }}
-    - name: droid-pool-secret
-      mountPath: /etc/droid-pool-secret
+    - name: droid-pool-server-password
+      mountPath: /var/run/droid-pool/server
       readOnly: true
     {{- end }}
 {{- end }}
@@ -78,11 +80,11 @@ symlink on a change and the pooler hot-reloads it; a subPath mount would never s
   configMap:
     name: {{ $cm }}
 {{- if .passwordSecret }}
-- name: droid-pool-secret
+- name: droid-pool-server-password
   secret:
     secretName: {{ .passwordSecret }}
     items:
-      - key: password
-        path: password
+      - key: {{ default "password" .passwordKey }}
+        path: {{ default "password" .passwordKey }}
 {{- end }}
 {{- end }}
