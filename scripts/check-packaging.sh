@@ -122,6 +122,9 @@ bash scripts/render-deploy.sh --check || die "deploy/operator/operator.yaml is s
 "$KUBECTL" kustomize deploy/examples >"$OUT/kustomize/examples.yaml" || die "kubectl kustomize deploy/examples"
 validate_manifests "$OUT/kustomize/deploy.yaml" "$OUT/kustomize/examples.yaml"
 grep -q "kind: PoolConfig" "$OUT/kustomize/examples.yaml" || die "deploy/examples has no PoolConfig"
+# What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
+"$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
+validate_manifests "$OUT/kustomize/kind-e2e.yaml"
 
 # --- chaos/ -------------------------------------------------------------------
 section "chaos/ manifests"
@@ -156,7 +159,7 @@ promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check co
 # --- yamllint -----------------------------------------------------------------
 section "yamllint"
 "$VENV/bin/yamllint" --strict -c .yamllint.yaml \
-  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes \
+  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind \
   "$OUT/chart" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json" \
   || die "values.schema.json is not JSON"
@@ -169,5 +172,7 @@ for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
+"$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
+  tests/kind/prepared_checks.py scripts/check_packaging.py || die "python syntax"
 
 echo "check-packaging: all checks passed"

@@ -17,6 +17,12 @@ step_fmt() {
   cargo fmt --check
 }
 
+# Dockerfile, Helm chart, deploy/, chaos manifests, Prometheus rules, tests/kind scripts:
+# validated offline with real tools (helm, kubernetes-validate, validate_crs.py, promtool, ...).
+step_packaging() {
+  bash scripts/check-packaging.sh
+}
+
 step_clippy() {
   cargo clippy --all-targets -- -D warnings
 }
@@ -51,6 +57,7 @@ step_bench_smoke() {
 STEPS=(
   "deps:step_deps"
   "fmt:step_fmt"
+  "packaging:step_packaging"
   "clippy:step_clippy"
   "test:step_test"
   "drivers:step_drivers"
