@@ -112,6 +112,7 @@ refuse "additional properties 'replica' not allowed" --set operator.replica=2
 refuse "exactly one of poolSize and maxServerConnections" --set pooler.enabled=true --set pooler.spec.poolSize=3
 refuse "maxServerConnections" --set pooler.enabled=true --set pooler.spec.maxServerConnections=0
 refuse "mode" --set pooler.enabled=true --set pooler.spec.mode=sometimes
+refuse "clientAuth" --set pooler.enabled=true --set pooler.spec.clientAuth=null
 refuse "serviceAccount.name is required" --set serviceAccount.create=false
 refuse "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
 

@@ -22,7 +22,9 @@ configMap (required: the ConfigMap with key droid-pool.yaml, e.g. the one a Pool
 sidecar target renders); passwordSecret (optional: the Secret of the PoolConfig's
 spec.server.passwordSecret, mounted at /var/run/droid-pool/server where the operator's rendered
 server.password_file points); passwordKey (optional, default "password": the Secret key, which
-is also the file name); resources (optional, defaults to .Values.sidecar.resources).
+is also the file name); clientPasswordsSecret (optional: the PoolConfig's
+spec.clientAuth.passwordsSecret for md5/scram-sha-256 clients, mounted at
+/var/run/droid-pool/client-passwords); resources (optional, defaults to .Values.sidecar.resources).
 
 The ConfigMap is mounted as a directory, never with subPath: the kubelet then swaps its ..data
 symlink on a change and the pooler hot-reloads it; a subPath mount would never see an update.
@@ -71,6 +73,11 @@ symlink on a change and the pooler hot-reloads it; a subPath mount would never s
       mountPath: /var/run/droid-pool/server
       readOnly: true
     {{- end }}
+    {{- if .clientPasswordsSecret }}
+    - name: droid-pool-client-passwords
+      mountPath: /var/run/droid-pool/client-passwords
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* The volumes the sidecar mounts; same arguments as droid-pool.sidecar. */}}
@@ -86,5 +93,10 @@ symlink on a change and the pooler hot-reloads it; a subPath mount would never s
     items:
       - key: {{ default "password" .passwordKey }}
         path: {{ default "password" .passwordKey }}
+{{- end }}
+{{- if .clientPasswordsSecret }}
+- name: droid-pool-client-passwords
+  secret:
+    secretName: {{ .clientPasswordsSecret }}
 {{- end }}
 {{- end }}
