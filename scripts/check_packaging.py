@@ -107,15 +107,23 @@ def check_operator(where, docs):
 
 
 def check_rbac(where, docs):
-    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
-    crs = [d for (k, _), d in by_kind.items() if k == "ClusterRole"]
-    roles = [d for (k, _), d in by_kind.items() if k == "Role"]
-    if len(crs) != 1 or rules_of(crs[0]) != OPERATOR_RULES:
-        fail(f"{where}: the operator's ClusterRole differs from the agreed least-privilege rules: "
-             f"{[rules_of(c) for c in crs]}")
-    if len(roles) != 1 or rules_of(roles[0]) != LEASE_RULES:
-        fail(f"{where}: the leader-election Role differs: {[rules_of(r) for r in roles]}")
-    for d in crs + roles:
+    # The operator's rules are a ClusterRole, or a Role when it watches one namespace.
+    crs = [d for d in docs if d["kind"] == "ClusterRole"]
+    leases = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
+    scoped = [d for d in docs if d["kind"] == "Role" and d not in leases]
+    ops = crs + scoped
+    if len(ops) != 1 or rules_of(ops[0]) != OPERATOR_RULES:
+        fail(f"{where}: the operator's role differs from the agreed least-privilege rules: "
+             f"{[rules_of(c) for c in ops]}")
+    if len(leases) != 1 or rules_of(leases[0]) != LEASE_RULES:
+        fail(f"{where}: the leader-election Role differs: {[rules_of(r) for r in leases]}")
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"], b.get("metadata", {}).get("namespace")) for b in bindings}
+    for d in ops + leases:
+        ns = d["metadata"].get("namespace") if d["kind"] == "Role" else None
+        if (d["kind"], d["metadata"]["name"], ns) not in bound:
+            fail(f"{where}: {d['kind']}/{d['metadata']['name']} is bound by nothing in its namespace")
+    for d in ops + leases:
         for groups, resources, verbs in rules_of(d):
             if "*" in groups + resources + verbs:
                 fail(f"{where}: wildcard in {d['kind']}/{d['metadata']['name']}")
@@ -171,7 +179,7 @@ def chart(render_dir):
         has_operator = any(d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator") for d in docs)
         if has_operator:
             check_operator(where, docs)
-        if any(d["kind"] == "ClusterRole" for d in docs):
+        if any(d["kind"] in ("ClusterRole", "Role") for d in docs):
             check_rbac(where, docs)
         if "sidecar-example" in name:
             check_sidecar(where, docs)
