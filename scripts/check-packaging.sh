@@ -10,6 +10,8 @@
 #   deploy/        kubectl kustomize of deploy/ and deploy/examples/, validated the same way;
 #                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
 #   chaos/         the Chaos Mesh manifests, the NetworkPolicy Job and its embedded script
+#   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
+#                  authorizer, PoolConfigs accepted, the game day's script run against it
 #   Prometheus     promtool check rules, test rules, check config
 #   yamllint       every YAML file we write and every rendered manifest
 #   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
@@ -145,6 +147,10 @@ validate_manifests "$netpol"
   || die "the NetworkPolicy inside $netpol"
 shellcheck -s sh "$OUT/chaos/run.sh" || die "shellcheck of the script inside $netpol"
 
+# --- a real API server: RBAC, PoolConfigs, the game day's script ------------------
+section "real API server (../shared/tools/kube-apiserver)"
+bash scripts/check-packaging-apiserver.sh
+
 # --- Prometheus ---------------------------------------------------------------
 section "Prometheus rules and config"
 promtool check rules deploy/prometheus/droid-pool-rules.yaml >/dev/null || die "promtool check rules"
@@ -168,7 +174,7 @@ section "yamllint"
 # --- shell scripts ------------------------------------------------------------
 section "shell scripts (bash -n, shellcheck)"
 scripts=(tests/kind/*.sh chaos/gameday/run.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
-  scripts/render-deploy.sh)
+  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The part of the packaging checks that needs a real API server (../shared/tools/kube-apiserver:
+# kube-apiserver 1.20 and etcd on loopback; no kubelet, so no pod ever runs). Called by
+# scripts/check-packaging.sh with the rendered chart in target/packaging/chart/.
+#   1. the chart's RBAC through the real RBAC authorizer: the operator's ServiceAccount may do
+#      exactly what the controller needs (kubectl auth can-i), and not more;
+#   2. the PoolConfig CRD installs, and every PoolConfig we ship is accepted by the server
+#      (create with --dry-run=server);
+#   3. the NetworkPolicy game-day script (chaos/kubernetes/block-postgres-20s-netpol.yaml) runs
+#      against the server with a token of its own ServiceAccount: the policy exists during the
+#      fault and is gone after it, and the ServiceAccount may do nothing else.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+KUBECTL=$ROOT/target/k8s-bin/kubectl
+PY=$ROOT/target/k8s-venv/bin/python
+OUT=$ROOT/target/packaging
+RUN=$OUT/apiserver
+TOOLS=$ROOT/../shared/tools/kube-apiserver
+
+die() {
+  echo "check-packaging: FAIL: $*" >&2
+  exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+[[ -x $TOOLS/start.sh ]] || die "missing $TOOLS (the shared tools beside the repository)"
+api_port=$(free_port)
+etcd_port=$(free_port)
+kubeconfig=$(bash "$TOOLS/start.sh" "$RUN" "$api_port" "$etcd_port" | tail -n1) \
+  || die "the test API server did not start (see $RUN/*.log)"
+script_pid=""
+stop() {
+  [[ -n $script_pid ]] && kill "$script_pid" 2>/dev/null
+  bash "$TOOLS/stop.sh" "$RUN" >/dev/null 2>&1 || true
+}
+trap stop EXIT
+k() { "$KUBECTL" --kubeconfig "$kubeconfig" "$@"; }
+
+# The CRD first: kubectl auth can-i resolves resource names through discovery. Created (POST),
+# as Helm installs crds/; kubectl's client-side validation would use the 1.20 server's schema of
+# CRDs, which predates x-kubernetes-validations (CEL): the server decides, and drops that key.
+k create --validate=false -f deploy/crds/poolconfig.yaml >/dev/null || die "the PoolConfig CRD was refused"
+k wait --for=condition=Established crd/poolconfigs.droidpool.io --timeout=60s >/dev/null \
+  || die "the PoolConfig CRD is not established"
+
+# --- 1. RBAC --------------------------------------------------------------------
+"$PY" - "$OUT/chart/default.yaml" >"$OUT/rbac.yaml" <<'PY'
+import sys, yaml
+keep = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] in keep]
+print(yaml.safe_dump_all(docs))
+PY
+for ns in droid-pool-system apps droid-pool-demo; do
+  k create namespace "$ns" >/dev/null
+done
+k apply -f "$OUT/rbac.yaml" >/dev/null || die "the chart's RBAC was refused by the API server"
+sa=system:serviceaccount:droid-pool-system:droid-pool-operator
+can() {
+  local want=$1 ns=$2
+  shift 2
+  local got
+  got=$(k auth can-i "$@" -n "$ns" --as "$sa" 2>/dev/null || true)
+  [[ $got == "$want" ]] || die "operator: can-i $* in $ns: got '$got', want '$want'"
+}
+for verb in get list watch patch update; do can yes apps "$verb" poolconfigs.droidpool.io; done
+for verb in get patch update; do can yes apps "$verb" poolconfigs.droidpool.io --subresource=status; done
+for res in configmaps services deployments.apps poddisruptionbudgets.policy; do
+  for verb in get list watch create patch update delete; do can yes apps "$verb" "$res"; done
+done
+for verb in list watch; do can yes apps "$verb" pods; done
+for verb in get list watch; do can yes apps "$verb" secrets; done
+for res in events events.events.k8s.io; do
+  for verb in create patch; do can yes apps "$verb" "$res"; done
+done
+for verb in get create update patch; do can yes droid-pool-system "$verb" leases.coordination.k8s.io; done
+# ... and nothing else.
+can no apps create poolconfigs.droidpool.io
+can no apps delete poolconfigs.droidpool.io
+can no apps create secrets
+can no apps update secrets
+can no apps delete pods
+can no apps get pods/exec
+can no apps create serviceaccounts
+can no apps create rolebindings.rbac.authorization.k8s.io
+can no apps list leases.coordination.k8s.io
+can no apps get leases.coordination.k8s.io
+can no droid-pool-system delete leases.coordination.k8s.io
+can no default list nodes
+can no default create clusterrolebindings.rbac.authorization.k8s.io
+echo "check-packaging: RBAC: the operator may do what it needs and no more (real authorizer)"
+
+# --- 2. our PoolConfigs ----------------------------------------------------------
+"$PY" - "$OUT"/chart/*.yaml "$OUT/kustomize/examples.yaml" "$OUT/kustomize/kind-e2e.yaml" \
+  >"$OUT/poolconfigs.yaml" <<'PY'
+import sys, yaml
+docs = []
+for path in sys.argv[1:]:
+    for d in yaml.safe_load_all(open(path)):
+        if d and d.get("kind") == "PoolConfig":
+            d["metadata"]["namespace"] = "apps"
+            d["metadata"]["name"] = f"{d['metadata']['name']}-{len(docs)}"
+            docs.append(d)
+print(yaml.safe_dump_all(docs))
+PY
+count=$(grep -c '^kind: PoolConfig' "$OUT/poolconfigs.yaml" || true)
+[[ $count -ge 5 ]] || die "found only $count PoolConfigs to send to the API server"
+k create --dry-run=server -f "$OUT/poolconfigs.yaml" >/dev/null \
+  || die "the API server refused a PoolConfig we ship"
+# A bad one must be refused: the check can tell.
+sed 's/^  mode: transaction$/  mode: sometimes/' "$OUT/poolconfigs.yaml" >"$OUT/poolconfigs-bad.yaml"
+if k create --dry-run=server -f "$OUT/poolconfigs-bad.yaml" >/dev/null 2>&1; then
+  die "the API server accepted a PoolConfig with mode: sometimes"
+fi
+echo "check-packaging: CRD: installed; the $count PoolConfigs we ship are accepted, a bad one is refused"
+
+# --- 3. the NetworkPolicy game day's script ---------------------------------------
+netpol=chaos/kubernetes/block-postgres-20s-netpol.yaml
+"$PY" - "$netpol" >"$OUT/netpol-rbac.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] != "Job"]
+print(yaml.safe_dump_all(docs))
+PY
+k apply -f "$OUT/netpol-rbac.yaml" >/dev/null || die "the game day's RBAC and ConfigMap were refused"
+sadir=$OUT/netpol-sa
+gameday=$OUT/netpol-gameday
+mkdir -p "$sadir" "$gameday"
+k -n droid-pool-demo create token block-postgres-20s >"$sadir/token" || die "no token for block-postgres-20s"
+cp "$RUN/certs/apiserver.crt" "$sadir/ca.crt"
+echo droid-pool-demo >"$sadir/namespace"
+cp "$OUT/chaos/networkpolicy.yaml" "$gameday/"
+echo 3 >"$gameday/duration-seconds" # the manifest says 20; 3 s keeps CI short
+SA_DIR=$sadir GAMEDAY_DIR=$gameday KUBERNETES_API=https://127.0.0.1:$api_port \
+  sh "$OUT/chaos/run.sh" >"$OUT/netpol-run.log" 2>&1 &
+script_pid=$!
+seen=0
+for _ in $(seq 20); do
+  if k -n droid-pool-demo get networkpolicy block-postgres-20s >/dev/null 2>&1; then
+    seen=1
+    break
+  fi
+  sleep 0.1
+done
+wait "$script_pid" || die "the game day script failed: $(cat "$OUT/netpol-run.log")"
+script_pid=""
+[[ $seen -eq 1 ]] || die "the NetworkPolicy never appeared during the fault: $(cat "$OUT/netpol-run.log")"
+if k -n droid-pool-demo get networkpolicy block-postgres-20s >/dev/null 2>&1; then
+  die "the NetworkPolicy is still there after the fault"
+fi
+gsa=system:serviceaccount:droid-pool-demo:block-postgres-20s
+for check in "yes droid-pool-demo create networkpolicies.networking.k8s.io" \
+  "yes droid-pool-demo delete networkpolicies.networking.k8s.io" \
+  "no droid-pool-demo update networkpolicies.networking.k8s.io" \
+  "no apps create networkpolicies.networking.k8s.io" \
+  "no droid-pool-demo delete pods"; do
+  read -r want ns verb res <<<"$check"
+  got=$(k auth can-i "$verb" "$res" -n "$ns" --as "$gsa" 2>/dev/null || true)
+  [[ $got == "$want" ]] || die "game day: can-i $verb $res in $ns: got '$got', want '$want'"
+done
+echo "check-packaging: game day script: policy created, held, deleted; its ServiceAccount may do nothing else"
