@@ -87,12 +87,19 @@ def probes_ok(where, c, paths):
             fail(f"{where}: {probe} path is {got!r}, want {path!r}")
 
 
-def check_operator(where, docs):
-    deps = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")]
+def pod_of(where, docs, suffix):
+    """The pod spec of the one Deployment whose name ends with suffix, or None (a failure)."""
+    deps = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(suffix)]
     if len(deps) != 1:
-        fail(f"{where}: want one operator Deployment, found {len(deps)}")
+        fail(f"{where}: want one Deployment named *{suffix}, found {len(deps)}")
+        return None
+    return deps[0]["spec"]["template"]["spec"]
+
+
+def check_operator(where, docs):
+    pod = pod_of(where, docs, "-operator")
+    if pod is None:
         return
-    pod = deps[0]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     if c.get("command") != ["/usr/local/bin/droid-pool-operator"]:
         fail(f"{where}: operator command is {c.get('command')}")
@@ -130,11 +137,9 @@ def check_rbac(where, docs):
 
 
 def check_sidecar(where, docs):
-    apps = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-sidecar-example")]
-    if len(apps) != 1:
-        fail(f"{where}: want the sidecar example Deployment")
+    pod = pod_of(where, docs, "-sidecar-example")
+    if pod is None:
         return
-    pod = apps[0]["spec"]["template"]["spec"]
     inits = pod.get("initContainers", [])
     if len(inits) != 1:
         fail(f"{where}: want one init container (the sidecar), found {len(inits)}")
