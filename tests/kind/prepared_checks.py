@@ -14,13 +14,15 @@ checklist (tests/it/prepared.rs has the same ones against a local pooler, with i
 Only the standard library: it runs wherever python3 does. Exit 1 on the first failed check.
 """
 import argparse
+import os
 import socket
 import struct
 import sys
 import time
 import uuid
 
-SETTLE = 0.3  # the pooler releases a server just after ReadyForQuery: let that happen
+# The pooler releases a server just after ReadyForQuery: let that happen (seconds).
+SETTLE = float(os.environ.get("PREPARED_CHECKS_SETTLE", "0.5"))
 
 
 class Conn:
