@@ -8,7 +8,11 @@
 #      (create with --dry-run=server);
 #   3. the NetworkPolicy game-day script (chaos/kubernetes/block-postgres-20s-netpol.yaml) runs
 #      against the server with a token of its own ServiceAccount: the policy exists during the
-#      fault and is gone after it, and the ServiceAccount may do nothing else.
+#      fault and is gone after it, and the ServiceAccount may do nothing else;
+#   4. the operator itself (cargo build --bin droid-pool-operator), authenticated as the chart's
+#      ServiceAccount, reconciles the PoolConfigs we ship (deploy/examples, the chart's pooler
+#      and sidecar example) into their ConfigMaps, Deployments, Services and PDBs: the RBAC is
+#      enough and the examples render; then SIGTERM stops it cleanly.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -192,3 +196,101 @@ for check in "yes droid-pool-demo create networkpolicies.networking.k8s.io" \
   [[ $got == "$want" ]] || die "game day: can-i $verb $res in $ns: got '$got', want '$want'"
 done
 echo "check-packaging: game day script: policy created, held, deleted; its ServiceAccount may do nothing else"
+
+# --- 4. the operator under the chart's RBAC -------------------------------------
+if ! cargo metadata --no-deps --format-version 1 --offline \
+  | "$PY" -c 'import json,sys; sys.exit(0 if any(t["name"] == "droid-pool-operator" for p in json.load(sys.stdin)["packages"] for t in p["targets"]) else 1)'; then
+  if [[ -d src/operator ]]; then
+    die "src/operator exists but Cargo.toml has no droid-pool-operator bin"
+  fi
+  echo "NOTE  operator under RBAC: not run, this tree has no droid-pool-operator yet (issue 8 adds it)"
+  exit 0
+fi
+cargo build --quiet --bin droid-pool-operator || die "cargo build --bin droid-pool-operator"
+target_dir=$(cargo metadata --no-deps --format-version 1 --offline | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+operator=$target_dir/debug/droid-pool-operator
+token=$(k -n droid-pool-system create token droid-pool-operator --duration=1h) \
+  || die "no token for the operator's ServiceAccount"
+cat >"$OUT/operator-kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "https://127.0.0.1:$api_port", certificate-authority: "$RUN/certs/apiserver.crt"}}]
+users: [{name: operator, user: {token: "$token"}}]
+contexts: [{name: test, context: {cluster: test, user: operator, namespace: droid-pool-system}}]
+current-context: test
+KC
+for secret in postgres-credentials:password orders-db:password pooler-users:app orders-pooler-users:orders; do
+  k -n apps create secret generic "${secret%%:*}" --from-literal="${secret#*:}=not-a-real-password" >/dev/null
+done
+k -n apps create serviceaccount default >/dev/null # no controller-manager here to make it
+metrics_port=$(free_ports | cut -d' ' -f1)
+KUBECONFIG=$OUT/operator-kubeconfig POD_NAMESPACE=droid-pool-system POD_NAME=operator-0 RUST_LOG=info \
+  "$operator" --metrics-addr "127.0.0.1:$metrics_port" >"$OUT/operator.log" 2>&1 &
+operator_pid=$!
+stop_operator() {
+  kill -TERM "$operator_pid" 2>/dev/null || true
+  wait "$operator_pid" 2>/dev/null || true
+}
+trap 'stop_operator; stop' EXIT
+# The PoolConfigs users apply: deploy/examples and the chart's, all into namespace apps.
+"$PY" - "$OUT/kustomize/examples.yaml" "$OUT/chart/pooler.yaml" "$OUT/chart/sidecar-example.yaml" \
+  >"$OUT/operator-poolconfigs.yaml" <<'PY'
+import sys, yaml
+docs = []
+for path in sys.argv[1:]:
+    for d in yaml.safe_load_all(open(path)):
+        if d and d.get("kind") == "PoolConfig":
+            d["metadata"]["namespace"] = "apps"
+            docs.append(d)
+print(yaml.safe_dump_all(docs))
+PY
+k apply -f "$OUT/operator-poolconfigs.yaml" >/dev/null || die "PoolConfigs refused"
+# Each must render (ConfigRendered=True); sidecar targets are then Ready, deployment targets get
+# their Deployment, Service and PodDisruptionBudget (no kubelet: their pods never run).
+"$PY" - "$OUT/operator-poolconfigs.yaml" >"$OUT/operator-expect.txt" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if not d:
+        continue
+    name, target = d["metadata"]["name"], d["spec"]["target"]
+    if "sidecar" in target:
+        print(name, "sidecar", target["sidecar"]["configMapName"])
+    else:
+        print(name, "deployment", name)
+PY
+while read -r name kind object; do
+  rendered=""
+  for _ in $(seq 60); do
+    rendered=$(k -n apps get poolconfig "$name" \
+      -o jsonpath='{.status.conditions[?(@.type=="ConfigRendered")].status}' 2>/dev/null || true)
+    [[ $rendered == True ]] && break
+    sleep 0.5
+  done
+  if [[ $rendered != True ]]; then
+    k -n apps get poolconfig "$name" -o jsonpath='{.status.conditions}' >&2 || true
+    tail -n 20 "$OUT/operator.log" >&2
+    die "operator: PoolConfig $name did not render (ConfigRendered '$rendered')"
+  fi
+  if [[ $kind == sidecar ]]; then
+    k -n apps get configmap "$object" -o jsonpath='{.data.droid-pool\.yaml}' | grep -q '^pool:' \
+      || die "operator: ConfigMap $object of PoolConfig $name holds no pooler config"
+    ready=$(k -n apps get poolconfig "$name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')
+    [[ $ready == True ]] || die "operator: sidecar PoolConfig $name is not Ready"
+  else
+    for res in deployment service poddisruptionbudget; do
+      k -n apps get "$res" "$object" >/dev/null 2>&1 || die "operator: no $res $object for PoolConfig $name"
+    done
+  fi
+done <"$OUT/operator-expect.txt"
+grep -qi forbidden "$OUT/operator.log" && die "operator: forbidden by the chart's RBAC: $(grep -i -m3 forbidden "$OUT/operator.log")"
+kill -TERM "$operator_pid"
+status=0
+for _ in $(seq 100); do
+  kill -0 "$operator_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$operator_pid" 2>/dev/null && die "operator: still running 10 s after SIGTERM"
+wait "$operator_pid" || status=$?
+[[ $status -eq 0 ]] || die "operator: exit status $status after SIGTERM"
+trap stop EXIT
+echo "check-packaging: operator: $(wc -l <"$OUT/operator-expect.txt") shipped PoolConfigs reconciled under the chart's RBAC, nothing forbidden, clean SIGTERM"

@@ -18,7 +18,8 @@ step_fmt() {
 }
 
 # Dockerfile, Helm chart, deploy/, chaos manifests, Prometheus rules, tests/kind scripts:
-# validated offline with real tools (helm, kubernetes-validate, validate_crs.py, promtool, ...).
+# validated offline with real tools (helm, kubernetes-validate, validate_crs.py, promtool, a
+# test kube-apiserver, ...). After `test`: the operator binary it runs is then already built.
 step_packaging() {
   bash scripts/check-packaging.sh
 }
@@ -57,9 +58,9 @@ step_bench_smoke() {
 STEPS=(
   "deps:step_deps"
   "fmt:step_fmt"
-  "packaging:step_packaging"
   "clippy:step_clippy"
   "test:step_test"
+  "packaging:step_packaging"
   "drivers:step_drivers"
   "gameday:step_gameday"
   "fuzz:step_fuzz"
