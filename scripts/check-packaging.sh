@@ -11,7 +11,8 @@
 #                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
 #   chaos/         the Chaos Mesh manifests, the NetworkPolicy Job and its embedded script
 #   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
-#                  authorizer, PoolConfigs accepted, the game day's script run against it
+#                  authorizer, PoolConfigs accepted, the game day's script run against it, the
+#                  operator run as the chart's ServiceAccount (scripts/check-packaging-apiserver.sh)
 #   Prometheus     promtool check rules, test rules, check config
 #   yamllint       every YAML file we write and every rendered manifest
 #   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
