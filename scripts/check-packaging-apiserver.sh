@@ -2,8 +2,9 @@
 # The part of the packaging checks that needs a real API server (../shared/tools/kube-apiserver:
 # kube-apiserver 1.20 and etcd on loopback; no kubelet, so no pod ever runs). Called by
 # scripts/check-packaging.sh with the rendered chart in target/packaging/chart/.
-#   1. the chart's RBAC through the real RBAC authorizer: the operator's ServiceAccount may do
-#      exactly what the controller needs (kubectl auth can-i), and not more;
+#   1. helm install of the chart (default values), then its RBAC through the real RBAC
+#      authorizer: the operator's ServiceAccount may do exactly what the controller needs
+#      (kubectl auth can-i), and not more;
 #   2. the PoolConfig CRD installs, and every PoolConfig we ship is accepted by the server
 #      (create with --dry-run=server);
 #   3. the NetworkPolicy game-day script (chaos/kubernetes/block-postgres-20s-netpol.yaml) runs
@@ -75,24 +76,20 @@ done
   || die "the test API server did not start in 3 attempts (see $OUT/apiserver-failed-*/*.log)"
 k() { "$KUBECTL" --kubeconfig "$kubeconfig" "$@"; }
 
-# The CRD first: kubectl auth can-i resolves resource names through discovery. Created (POST),
-# as Helm installs crds/; kubectl's client-side validation would use the 1.20 server's schema of
-# CRDs, which predates x-kubernetes-validations (CEL): the server decides, and drops that key.
-k create --validate=false -f deploy/crds/poolconfig.yaml >/dev/null || die "the PoolConfig CRD was refused"
+# --- 1. helm install, then the RBAC ----------------------------------------------
+# The chart with its default values, as a user installs it: the CRD from crds/ (a 1.20 server
+# drops the CEL rules it does not know), the ServiceAccount, RBAC, the operator's Deployment
+# (stored; no kubelet runs it) and its metrics Service.
+"$ROOT/target/k8s-bin/helm" --kubeconfig "$kubeconfig" install droid-pool charts/droid-pool \
+  --namespace droid-pool-system --create-namespace >"$OUT/helm-install.log" 2>&1 \
+  || die "helm install against the API server: $(cat "$OUT/helm-install.log")"
 k wait --for=condition=Established crd/poolconfigs.droidpool.io --timeout=60s >/dev/null \
   || die "the PoolConfig CRD is not established"
-
-# --- 1. RBAC --------------------------------------------------------------------
-"$PY" - "$OUT/chart/default.yaml" >"$OUT/rbac.yaml" <<'PY'
-import sys, yaml
-keep = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] in keep]
-print(yaml.safe_dump_all(docs))
-PY
-for ns in droid-pool-system apps droid-pool-demo; do
+k -n droid-pool-system get deployment/droid-pool-operator service/droid-pool-operator-metrics >/dev/null \
+  || die "helm install made no operator Deployment or metrics Service"
+for ns in apps droid-pool-demo; do
   k create namespace "$ns" >/dev/null
 done
-k apply -f "$OUT/rbac.yaml" >/dev/null || die "the chart's RBAC was refused by the API server"
 sa=system:serviceaccount:droid-pool-system:droid-pool-operator
 can() {
   local want=$1 ns=$2
