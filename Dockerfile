@@ -10,9 +10,10 @@ ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
-# Manifests first, so the dependency download is a cached layer of its own.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# The registry and the target directory are BuildKit cache mounts: after a source change only
+# droid-pool itself is compiled again. --locked: exactly the dependencies of Cargo.lock.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin droid-pool --bin droid-pool-operator \
