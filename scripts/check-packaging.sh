@@ -154,6 +154,10 @@ bash scripts/check-packaging-apiserver.sh
 
 # --- Prometheus ---------------------------------------------------------------
 section "Prometheus rules and config"
+cmp -s deploy/prometheus/droid-pool-rules.yaml "$CHART/files/droid-pool-rules.yaml" \
+  || die "$CHART/files/droid-pool-rules.yaml differs from deploy/prometheus/droid-pool-rules.yaml"
+grep -q 'kind: PrometheusRule' "$OUT/chart/monitoring-operator.yaml" \
+  || die "the monitoring values render no PrometheusRule"
 promtool check rules deploy/prometheus/droid-pool-rules.yaml >/dev/null || die "promtool check rules"
 promtool test rules deploy/prometheus/droid-pool-rules.test.yaml || die "promtool test rules"
 # Debian's promtool is built without Kubernetes service discovery: check the rest of the file

@@ -26,7 +26,9 @@ CUSTOM = {
     # No Prometheus Operator CRD is available offline: their shape is asserted in `chart`.
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "check_packaging.py chart",
     ("monitoring.coreos.com/v1", "PodMonitor"): "check_packaging.py chart",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "check_packaging.py chart (promtool-tested rules)",
 }
+RULES = "deploy/prometheus/droid-pool-rules.yaml"
 
 # The operator's ClusterRole, rule by rule: least privilege, agreed with the operator (issue 8).
 # A change here is a change of the permissions every installation grants.
@@ -162,7 +164,11 @@ def check_sidecar(where, docs):
 
 
 def check_monitors(where, docs):
+    with open(RULES) as f:
+        rules = yaml.safe_load(f)
     for d in docs:
+        if d["kind"] == "PrometheusRule" and d["spec"] != rules:
+            fail(f"{where}: PrometheusRule {d['metadata']['name']} differs from {RULES}")
         if d["kind"] == "ServiceMonitor":
             eps = d["spec"].get("endpoints", [])
             if not d["spec"].get("selector", {}).get("matchLabels") or [e.get("port") for e in eps] != ["metrics"]:
