@@ -53,7 +53,7 @@ print(api, etcd)
 PY
 }
 
-[[ -x $TOOLS/start.sh ]] || die "missing $TOOLS (the shared tools beside the repository)"
+[[ -f $TOOLS/start.sh ]] || die "missing $TOOLS (the shared tools beside the repository)"
 script_pid=""
 stop() {
   [[ -n $script_pid ]] && kill "$script_pid" 2>/dev/null
