@@ -6,6 +6,8 @@
   check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
   check_packaging.py extract FILE OUTDIR    the NetworkPolicy and script inside the Job's ConfigMap
+  check_packaging.py can-i                   the operator's permissions as "yes|no NAMESPACE VERB
+                                            RESOURCE" lines, from deploy/operator/clusterrole.yaml
   check_packaging.py dockerfile DOCKERFILE BIN...
                                             the image's promises; BIN: the cargo bin targets
 
@@ -30,20 +32,25 @@ CUSTOM = {
 }
 RULES = "deploy/prometheus/droid-pool-rules.yaml"
 
-# The operator's ClusterRole, rule by rule: least privilege, agreed with the operator (issue 8).
-# A change here is a change of the permissions every installation grants.
-OPERATOR_RULES = [
-    (["droidpool.io"], ["poolconfigs"], ["get", "list", "watch", "patch", "update"]),
-    (["droidpool.io"], ["poolconfigs/status"], ["get", "patch", "update"]),
-    ([""], ["configmaps", "services"], ["get", "list", "watch", "create", "patch", "update", "delete"]),
-    (["apps"], ["deployments"], ["get", "list", "watch", "create", "patch", "update", "delete"]),
-    (["policy"], ["poddisruptionbudgets"], ["get", "list", "watch", "create", "patch", "update", "delete"]),
-    ([""], ["pods"], ["list", "watch"]),
-    ([""], ["secrets"], ["get", "list", "watch"]),
-    ([""], ["events"], ["create", "patch"]),
-    (["events.k8s.io"], ["events"], ["create", "patch"]),
-]
-LEASE_RULES = [(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "patch"])]
+# The operator's rules: deploy/operator/clusterrole.yaml, which the operator's own tests prove
+# sufficient by running the controller bound to nothing else. The chart splits the Lease rule
+# into a Role in the release namespace. A change there is a change of every installation.
+CLUSTERROLE = "deploy/operator/clusterrole.yaml"
+
+
+def normalized(rules):
+    return sorted((tuple(g), tuple(r), tuple(sorted(v))) for g, r, v in rules)
+
+
+def reference_rules():
+    """(operator rules, lease rules) of CLUSTERROLE, normalized."""
+    with open(CLUSTERROLE) as f:
+        role = yaml.safe_load(f)
+    rules = rules_of(role)
+    lease = [r for r in rules if r[0] == ["coordination.k8s.io"]]
+    rest = [r for r in rules if r[0] != ["coordination.k8s.io"]]
+    return normalized(rest), normalized(lease)
+
 
 failures = []
 
@@ -121,11 +128,12 @@ def check_rbac(where, docs):
     leases = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
     scoped = [d for d in docs if d["kind"] == "Role" and d not in leases]
     ops = crs + scoped
-    if len(ops) != 1 or rules_of(ops[0]) != OPERATOR_RULES:
-        fail(f"{where}: the operator's role differs from the agreed least-privilege rules: "
+    operator_rules, lease_rules = reference_rules()
+    if len(ops) != 1 or normalized(rules_of(ops[0])) != operator_rules:
+        fail(f"{where}: the operator's role differs from {CLUSTERROLE}: "
              f"{[rules_of(c) for c in ops]}")
-    if len(leases) != 1 or rules_of(leases[0]) != LEASE_RULES:
-        fail(f"{where}: the leader-election Role differs: {[rules_of(r) for r in leases]}")
+    if len(leases) != 1 or normalized(rules_of(leases[0])) != lease_rules:
+        fail(f"{where}: the leader-election Role differs from {CLUSTERROLE}: {[rules_of(r) for r in leases]}")
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     bound = {(b["roleRef"]["kind"], b["roleRef"]["name"], b.get("metadata", {}).get("namespace")) for b in bindings}
     for d in ops + leases:
@@ -262,11 +270,32 @@ def dockerfile(path, bins):
         fail(f"{path}: --bin {b} is not a bin target of Cargo.toml ({bins})")
 
 
+VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def can_i():
+    """What the operator's ServiceAccount may and may not do: every verb of every rule of
+    CLUSTERROLE (the Lease only in the release namespace), and none of the other verbs."""
+    operator_rules, lease_rules = reference_rules()
+    for rules, ns in ((operator_rules, "apps"), (lease_rules, "droid-pool-system")):
+        for groups, resources, verbs in rules:
+            for group in groups:
+                for res in resources:
+                    name, _, sub = res.partition("/")
+                    full = f"{name}.{group}" if group else name
+                    extra = f" --subresource={sub}" if sub else ""
+                    for verb in VERBS:
+                        print("yes" if verb in verbs else "no", ns, verb, full + extra)
+    for groups, resources, verbs in lease_rules:
+        for verb in verbs:
+            print("no apps", verb, "leases.coordination.k8s.io")
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
      "extract": lambda: extract(args[0], args[1]),
-     "dockerfile": lambda: dockerfile(args[0], args[1:])}[cmd]()
+     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i}[cmd]()
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0
