@@ -126,6 +126,12 @@ bash scripts/render-deploy.sh --check || die "deploy/operator/operator.yaml is s
 "$KUBECTL" kustomize deploy/examples >"$OUT/kustomize/examples.yaml" || die "kubectl kustomize deploy/examples"
 validate_manifests "$OUT/kustomize/deploy.yaml" "$OUT/kustomize/examples.yaml"
 grep -q "kind: PoolConfig" "$OUT/kustomize/examples.yaml" || die "deploy/examples has no PoolConfig"
+# Every example file on its own too, also those the kustomization does not list.
+examples=()
+for f in deploy/examples/*.yaml deploy/operator/*.yaml; do
+  [[ $(basename "$f") == kustomization.yaml || $f == deploy/operator/values.yaml ]] || examples+=("$f")
+done
+validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
 "$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
