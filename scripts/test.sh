@@ -17,6 +17,13 @@ step_fmt() {
   cargo fmt --check
 }
 
+# Dockerfile, Helm chart, deploy/, chaos manifests, Prometheus rules, tests/kind scripts:
+# validated offline with real tools (helm, kubernetes-validate, validate_crs.py, promtool, a
+# test kube-apiserver, ...). After `test`: the operator binary it runs is then already built.
+step_packaging() {
+  bash scripts/check-packaging.sh
+}
+
 step_clippy() {
   cargo clippy --all-targets -- -D warnings
 }
@@ -72,6 +79,7 @@ STEPS=(
   "crd:step_crd"
   "kube-apiserver:step_kube_apiserver"
   "test:step_test"
+  "packaging:step_packaging"
   "drivers:step_drivers"
   "gameday:step_gameday"
   "fuzz:step_fuzz"
