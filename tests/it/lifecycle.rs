@@ -390,11 +390,18 @@ async fn sigterm_during_pgbench_loses_nothing() {
     block_in_place(|| pooler.signal("TERM"));
     let t0 = Instant::now();
     while !bench.is_finished() {
-        assert!(
-            !pooler.has_exited(),
-            "droid-pool exited {:?} after SIGTERM while pgbench was still running",
-            t0.elapsed()
-        );
+        if pooler.has_exited() {
+            // pgbench closes its connections a moment before its thread has collected the
+            // output: the pooler may exit in between. Exiting while pgbench still runs shows
+            // as pgbench not finishing at once (and as failures in its report below).
+            let exited = t0.elapsed();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(
+                bench.is_finished(),
+                "droid-pool exited {exited:?} after SIGTERM while pgbench was still running"
+            );
+            break;
+        }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "pgbench still running 30 s after SIGTERM"
