@@ -100,8 +100,6 @@ struct PoolInner {
     login_ok: std::sync::atomic::AtomicBool,
     /// Sessions attached to this pool.
     clients: AtomicI64,
-    /// Sessions waiting in checkout.
-    waiting: AtomicI64,
     /// Servers released by their client and being reset before reuse (PgBouncer's `used`).
     resetting: AtomicI64,
     database: String,
@@ -140,7 +138,6 @@ impl Pool {
                 name_arc: Arc::from(format!("{}/{}", key.database, key.user)),
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
-                waiting: AtomicI64::new(0),
                 resetting: AtomicI64::new(0),
                 database: key.database.clone(),
                 user: key.user.clone(),
@@ -261,15 +258,22 @@ impl Pool {
 
     /// Counts of this pool now, for metrics and status.
     pub fn snapshot(&self) -> PoolSnapshot {
-        let (idle, connecting, max_wait) = {
+        let (idle, connecting, waiting, max_wait) = {
             let st = self.lock();
-            (st.idle.len() as i64, st.connecting as i64, 0.0)
+            // Queued and still listening: a client handed a server but not yet run is not
+            // waiting any more, and one that gave up has left.
+            let waiting = st.waiters.iter().filter(|w| !w.is_closed()).count();
+            (
+                st.idle.len() as i64,
+                st.connecting as i64,
+                waiting as i64,
+                0.0,
+            )
         };
         let open = self.open_count() as i64;
         let used = self.inner.resetting.load(Ordering::Relaxed);
         let active = (open - idle - connecting - used).max(0);
         let clients = self.inner.clients.load(Ordering::Relaxed);
-        let waiting = self.inner.waiting.load(Ordering::Relaxed);
         PoolSnapshot {
             pool: self.inner.name.clone(),
             database: self.inner.database.clone(),
@@ -338,7 +342,6 @@ impl Pool {
             rx
         };
         let wait = self.settings().query_wait_timeout;
-        let _waiting = WaitingGuard::new(&self.inner.waiting);
         let res = if wait.is_zero() {
             rx.await
         } else {
@@ -445,22 +448,6 @@ impl Drop for PoolClient {
     }
 }
 
-/// Counts a waiting client for exactly as long as it waits (a dropped wait included).
-struct WaitingGuard<'a>(&'a AtomicI64);
-
-impl<'a> WaitingGuard<'a> {
-    fn new(n: &'a AtomicI64) -> Self {
-        n.fetch_add(1, Ordering::Relaxed);
-        WaitingGuard(n)
-    }
-}
-
-impl Drop for WaitingGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Says goodbye to a server politely; it is closed either way when dropped.
 async fn terminate(mut conn: Server) {
     use tokio::io::AsyncWriteExt;
@@ -523,7 +510,7 @@ mod tests {
             })
             .collect();
         // Let both join the queue.
-        while pool.inner.waiting.load(Ordering::Relaxed) < 2 {
+        while pool.snapshot().clients_waiting < 2 {
             tokio::task::yield_now().await;
         }
         let refused = pool.checkout().await.map(|_| ()).unwrap_err();
@@ -535,6 +522,6 @@ mod tests {
         }
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         // A waiter that gave up left the queue: there is room again.
-        assert_eq!(pool.inner.waiting.load(Ordering::Relaxed), 0);
+        assert_eq!(pool.snapshot().clients_waiting, 0);
     }
 }
