@@ -151,7 +151,7 @@ fn show(shared: &Arc<Shared>, what: &str, out: &mut BytesMut) {
                         s.servers_idle.to_string(),
                         s.servers_used.to_string(),
                         s.servers_login.to_string(),
-                        "0".into(),
+                        format!("{}", s.max_wait_seconds as u64),
                         s.mode.into(),
                         s.pool_size.to_string(),
                     ]

@@ -63,7 +63,24 @@ pub struct PoolDeps {
     pub backend: Arc<Backend>,
 }
 
-type Waiter = oneshot::Sender<Result<Server, PoolError>>;
+/// A client queued for a server, and since when (for `maxwait`).
+struct Waiter {
+    tx: oneshot::Sender<Result<Server, PoolError>>,
+    /// Tokio's clock, so paused-time tests see waits grow.
+    since: tokio::time::Instant,
+}
+
+impl Waiter {
+    /// The client stopped waiting (gave up, timed out or left).
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Hands over the result; gives it back if the client stopped waiting.
+    fn send(self, r: Result<Server, PoolError>) -> Result<(), Result<Server, PoolError>> {
+        self.tx.send(r)
+    }
+}
 
 #[derive(Default)]
 struct PoolState {
@@ -262,12 +279,16 @@ impl Pool {
             let st = self.lock();
             // Queued and still listening: a client handed a server but not yet run is not
             // waiting any more, and one that gave up has left.
-            let waiting = st.waiters.iter().filter(|w| !w.is_closed()).count();
+            let live = || st.waiters.iter().filter(|w| !w.is_closed());
+            let max_wait = live()
+                .map(|w| w.since.elapsed().as_secs_f64())
+                .next()
+                .unwrap_or(0.0);
             (
                 st.idle.len() as i64,
                 st.connecting as i64,
-                waiting as i64,
-                0.0,
+                live().count() as i64,
+                max_wait,
             )
         };
         let open = self.open_count() as i64;
@@ -337,7 +358,10 @@ impl Pool {
                 }
             }
             let (tx, rx) = oneshot::channel();
-            st.waiters.push_back(tx);
+            st.waiters.push_back(Waiter {
+                tx,
+                since: tokio::time::Instant::now(),
+            });
             self.spawn_connects(&mut st);
             rx
         };
@@ -513,9 +537,15 @@ mod tests {
         while pool.snapshot().clients_waiting < 2 {
             tokio::task::yield_now().await;
         }
+        let started = tokio::time::Instant::now();
+        tokio::time::advance(Duration::from_millis(400)).await;
+        let snap = pool.snapshot();
+        assert!(
+            (0.4..0.5).contains(&snap.max_wait_seconds),
+            "maxwait is the oldest waiter's wait: {snap:?}"
+        );
         let refused = pool.checkout().await.map(|_| ()).unwrap_err();
         assert_eq!(refused.sqlstate(), "53300", "{refused}");
-        let started = tokio::time::Instant::now();
         for w in waiting {
             let e = w.await.unwrap().unwrap_err();
             assert_eq!(e.sqlstate(), "57014", "{e}");
@@ -523,5 +553,6 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         // A waiter that gave up left the queue: there is room again.
         assert_eq!(pool.snapshot().clients_waiting, 0);
+        assert_eq!(pool.snapshot().max_wait_seconds, 0.0);
     }
 }
