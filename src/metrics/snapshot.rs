@@ -21,6 +21,8 @@ pub struct PoolSnapshot {
     /// Released by their client and being reset (session mode's reset query) before reuse.
     pub servers_used: i64,
     pub pool_size: i64,
+    /// Clients allowed to wait for a server (`pool.max_waiting_clients`).
+    pub max_waiting: i64,
     pub max_wait_seconds: f64,
 }
 
@@ -74,6 +76,17 @@ impl<S: SnapshotSource> SnapshotCollector<S> {
                 )
                 .expect("valid metric"),
                 |s| s.pool_size,
+            ),
+            (
+                IntGaugeVec::new(
+                    Opts::new(
+                        "droidpool_pool_max_waiting_clients",
+                        "Clients allowed to wait for a server per pool; beyond it they get 53300.",
+                    ),
+                    &["pool", "database", "user"],
+                )
+                .expect("valid metric"),
+                |s| s.max_waiting,
             ),
         ];
         if pgb {
@@ -161,7 +174,8 @@ impl<S: SnapshotSource> Collector for SnapshotCollector<S> {
                     .set(v);
             }
             fams[2].0.with_label_values(&base).set(s.pool_size);
-            for (g, f) in &fams[3..] {
+            fams[3].0.with_label_values(&base).set(s.max_waiting);
+            for (g, f) in &fams[4..] {
                 g.with_label_values(&[base[1], base[2]]).set(f(s));
             }
         }

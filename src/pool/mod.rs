@@ -308,6 +308,7 @@ impl Pool {
             servers_login: connecting,
             servers_used: used,
             pool_size: self.settings().size as i64,
+            max_waiting: self.settings().max_waiting as i64,
             max_wait_seconds: max_wait,
         }
     }

@@ -297,7 +297,8 @@ async fn min_pool_size_is_connected_before_startup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_is_used_while_its_reset_runs() {
     let pg = support::shared();
-    let yaml = "pool:\n  mode: session\n  reset_query: SELECT pg_sleep(1.5)\n";
+    let yaml =
+        "pool:\n  mode: session\n  reset_query: SELECT pg_sleep(1.5)\n  max_waiting_clients: 37\n";
     let pooler = block_in_place(|| Pooler::start_with_config(pg, yaml, &[]));
     let client = pooler.connect(USER, DB).await;
     client.simple_query("SELECT 1").await.expect("query");
