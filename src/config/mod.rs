@@ -1,11 +1,15 @@
 //! The one typed configuration: YAML file + command-line flags, defaults, and validation.
 //! Loaded once, immutable afterwards; a reload builds and validates a new value.
 
+mod auth;
 mod cli;
 mod secret;
+mod tls;
 
+pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
 pub use secret::Secret;
+pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -53,15 +57,6 @@ impl PoolMode {
     }
 }
 
-/// How clients prove who they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum AuthMethod {
-    /// No password; allowed only on loopback unless `allow_trust_on_network`.
-    #[default]
-    Trust,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
@@ -78,6 +73,7 @@ pub struct Config {
     pub pool: PoolConfig,
     pub client: ClientConfig,
     pub auth: AuthConfig,
+    pub tls: TlsConfig,
     pub log: LogConfig,
     pub admin: AdminConfig,
     pub drain: DrainConfig,
@@ -206,14 +202,6 @@ pub struct ClientConfig {
     pub max_startup_packet: usize,
     /// Most parameters accepted in a startup packet.
     pub max_startup_params: usize,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    pub method: AuthMethod,
-    /// Permit `trust` on a non-loopback listen address.
-    pub allow_trust_on_network: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -345,12 +333,10 @@ impl Config {
 
     fn resolve_password(&mut self) -> Result<(), ConfigError> {
         if let (None, Some(path)) = (&self.server.password, &self.server.password_file) {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let line = text.lines().next().unwrap_or("").to_owned();
-            self.server.password = Some(Secret::new(line));
+            self.server.password = Some(read_secret_file(path)?);
+        }
+        if let (None, Some(path)) = (&self.auth.auth_password, &self.auth.auth_password_file) {
+            self.auth.auth_password = Some(read_secret_file(path)?);
         }
         Ok(())
     }
@@ -410,6 +396,8 @@ impl Config {
         if c.max_connections == 0 {
             return bad("client.max_connections must be at least 1".into());
         }
+        self.auth.validate().map_err(ConfigError::Invalid)?;
+        self.tls.validate().map_err(ConfigError::Invalid)?;
         if self.auth.method == AuthMethod::Trust
             && !self.listen.addr.is_loopback()
             && !self.auth.allow_trust_on_network
@@ -422,6 +410,15 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The first line of a password file (a mounted Secret key), as a secret.
+pub fn read_secret_file(path: &std::path::Path) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Secret::new(text.lines().next().unwrap_or("").to_owned()))
 }
 
 /// The configuration in force, replaced whole by a reload; readers take a snapshot.

@@ -5,6 +5,7 @@ mod core;
 mod faults;
 mod lifecycle;
 mod prepared;
+mod security;
 mod support;
 
 /// The harness itself works: a real PostgreSQL starts and answers directly.
