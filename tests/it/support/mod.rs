@@ -10,6 +10,7 @@
 pub mod pg;
 pub mod pooler;
 pub mod raw;
+pub mod tls;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
