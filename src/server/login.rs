@@ -190,7 +190,15 @@ async fn negotiate_tls(mut tcp: TcpStream, t: &ServerTarget) -> Result<ServerStr
     let stream = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(|e| ServerError::Tls(e.to_string()))?;
+        .map_err(|e| {
+            // A TLS-level refusal (certificate, protocol) will not go away by retrying; a
+            // connection reset mid-handshake might.
+            if e.get_ref().is_some_and(|i| i.is::<rustls::Error>()) {
+                ServerError::Tls(e.to_string())
+            } else {
+                ServerError::Io(e)
+            }
+        })?;
     Ok(MaybeTls::Tls(Box::new(stream)))
 }
 

@@ -72,11 +72,11 @@ impl ServerError {
         }
     }
 
-    /// Wrong credentials or an unknown database: retrying cannot help.
+    /// Wrong credentials, an unknown database or a TLS refusal: retrying cannot help.
     pub fn is_config_error(&self) -> bool {
         matches!(
             self,
-            ServerError::NoPassword | ServerError::UnsupportedAuth(_)
+            ServerError::NoPassword | ServerError::UnsupportedAuth(_) | ServerError::Tls(_)
         ) || matches!(self, ServerError::Rejected(f)
                 if f.code.starts_with("28") || f.code == sqlstate::INVALID_CATALOG_NAME)
     }

@@ -2,6 +2,7 @@
 //! the harness PostgreSQL (roles and passwords: see `support::pg`).
 
 mod auth;
+mod server_tls;
 mod tls;
 
 use std::path::Path;

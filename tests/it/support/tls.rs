@@ -156,3 +156,46 @@ fn common_name(cert: &CertificateDer<'_>) -> String {
     let start = at + oid.len() + 2;
     String::from_utf8_lossy(&der[start..start + len]).into_owned()
 }
+
+/// Turns TLS on in a (dedicated) server: `server.crt`/`server.key` for localhost and
+/// 127.0.0.1 signed by `ca`, the CA as `ssl_ca_file` (client certificates are checked where
+/// pg_hba says `cert`), and `hba_first` lines ahead of the harness's pg_hba rules; restarts.
+pub fn enable_server_tls(pg: &crate::support::pg::PgServer, ca: &TestCa, hba_first: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt;
+    let data = pg.data_dir();
+    ca.issue(
+        "postgres",
+        &data.join("server.crt"),
+        &data.join("server.key"),
+    );
+    std::fs::copy(&ca.ca_file, data.join("root.crt")).expect("copy CA");
+    std::fs::set_permissions(
+        data.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod key");
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if is_root {
+        let status = std::process::Command::new("chown")
+            .arg("postgres:")
+            .args(["server.crt", "server.key", "root.crt"].map(|f| data.join(f)))
+            .status()
+            .expect("chown");
+        assert!(status.success(), "chown TLS files to postgres");
+    }
+    let mut conf = std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .expect("open postgresql.conf");
+    conf.write_all(b"ssl = on\nssl_ca_file = 'root.crt'\n")
+        .expect("enable ssl");
+    let hba = data.join("pg_hba.conf");
+    let old = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+    // Truncating keeps the owner.
+    std::fs::write(&hba, format!("{hba_first}{old}")).expect("write pg_hba.conf");
+    pg.restart();
+}
