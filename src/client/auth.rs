@@ -59,15 +59,16 @@ pub(super) async fn authenticate(
                 .await?
         }
     };
-    if passed {
-        return Ok(());
-    }
+    let result = if passed { "ok" } else { "failed" };
     shared
         .metrics
         .clients
-        .shed
-        .with_label_values(&["auth_failed"])
+        .auth
+        .with_label_values(&[method.as_str(), result])
         .inc();
+    if passed {
+        return Ok(());
+    }
     tracing::info!(user, "client authentication failed");
     Err(ClientError::Fatal {
         code: sqlstate::INVALID_PASSWORD,
@@ -90,7 +91,9 @@ async fn credential(
         return Ok(None);
     };
     let database = a.auth_database.as_deref().unwrap_or(database);
+    let lookups = &shared.metrics.clients.auth_lookups;
     if let Some(hit) = shared.auth.cache.get(database, user, a.auth_cache_ttl) {
+        lookups.with_label_values(&["cached"]).inc();
         return Ok(hit);
     }
     let target = ServerTarget {
@@ -104,6 +107,8 @@ async fn credential(
     };
     match auth::query::lookup(&target, &a.auth_query, user).await {
         Ok(stored) => {
+            let result = if stored.is_some() { "found" } else { "missing" };
+            lookups.with_label_values(&[result]).inc();
             let cred = stored.as_deref().map(Credential::from_stored);
             shared
                 .auth
@@ -112,6 +117,7 @@ async fn credential(
             Ok(cred)
         }
         Err(e) => {
+            lookups.with_label_values(&["error"]).inc();
             tracing::warn!(error = %e, "auth_query lookup failed");
             Err(ClientError::Fatal {
                 code: sqlstate::CANNOT_CONNECT_NOW,

@@ -51,11 +51,13 @@ async fn scram_login_and_wrong_password() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "scram_user");
-    let metrics = pooler.admin_get("/metrics").1;
-    assert!(
-        metrics.contains("reason=\"auth_failed\""),
-        "auth failures are counted"
+    let series = "droidpool_client_auth_total{method=\"scram-sha-256\",result=";
+    assert_eq!(
+        metric(&pooler, &format!("{series}\"failed\"}}")),
+        2,
+        "failures counted"
     );
+    assert_eq!(metric(&pooler, &format!("{series}\"ok\"}}")), 1);
 }
 
 #[tokio::test]
@@ -162,4 +164,57 @@ async fn scram_allowed_on_network() {
     let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
     let n: i32 = client.query_one("select 1", &[]).await.unwrap().get(0);
     assert_eq!(n, 1);
+}
+
+/// Metric value of a full series line (`name{labels}`), 0 if absent.
+fn metric(pooler: &Pooler, series: &str) -> u64 {
+    let body = pooler.admin_get("/metrics").1;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// auth_query: users missing from the files are looked up as the auth user with the name
+/// bound as `$1`; a name built to break out of a quoted string is just an unknown user;
+/// answers are cached.
+#[tokio::test]
+async fn auth_query_lookup() {
+    let yaml = "auth:\n  method: scram-sha-256\n  auth_user: postgres\n  auth_cache_ttl: 60s\n\
+                server:\n  password: scram_pass\n";
+    let pooler = Pooler::start_with_config(support::shared(), yaml, &[]);
+    let good = pooler.conn_string_pw("scram_user", "scram_pass", DB);
+    let client = support::connect(&good).await;
+    let who: String = client
+        .query_one("select current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(who, "scram_user");
+    let err = refused(
+        &pooler.conn_string_pw("scram_user", "bad", DB),
+        "wrong password",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let err = refused(&pooler.conn_string_pw("ghost", "x", DB), "unknown user").await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    // tokio-postgres quotes the user in its connection string with single quotes.
+    let evil = format!(
+        "host=127.0.0.1 port={} user='x\\' OR usename = \\'scram_user' password=scram_pass dbname={DB}",
+        pooler.port()
+    );
+    let err = refused(&evil, "an injected user name").await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let lookups = "droidpool_auth_query_lookups_total{result=";
+    assert_eq!(
+        metric(&pooler, &format!("{lookups}\"found\"}}")),
+        1,
+        "scram_user once"
+    );
+    assert_eq!(
+        metric(&pooler, &format!("{lookups}\"cached\"}}")),
+        1,
+        "then from the cache"
+    );
+    assert_eq!(metric(&pooler, &format!("{lookups}\"missing\"}}")), 2);
 }
