@@ -252,9 +252,11 @@ fn config_rows(shared: &Shared) -> Vec<Vec<String>> {
             if let serde_yaml::Value::Mapping(keys) = body {
                 for (k, v) in keys {
                     let key = format!("{section}.{}", k.as_str().unwrap_or(""));
-                    let text = if matches!(key.as_str(), "server.password" | "admin.token")
-                        && !v.is_null()
-                    {
+                    let secret = matches!(
+                        key.as_str(),
+                        "server.password" | "admin.token" | "auth.auth_password"
+                    );
+                    let text = if secret && !v.is_null() {
                         "<redacted>".to_owned()
                     } else {
                         serde_yaml::to_string(&v)

@@ -2,6 +2,8 @@
 //! the harness PostgreSQL (roles and passwords: see `support::pg`).
 
 mod auth;
+mod badinput;
+mod leaks;
 mod server_tls;
 mod tls;
 

@@ -61,6 +61,24 @@ impl TestCa {
     }
 }
 
+/// SSLRequest, `S`, and a handshake verifying `localhost` against the CA.
+pub async fn handshake(port: u16, ca: &TestCa) -> TlsStream<TcpStream> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+        .await
+        .expect("SSLRequest");
+    let mut answer = [0u8; 1];
+    tcp.read_exact(&mut answer).await.expect("SSL answer");
+    assert_eq!(answer[0], b'S', "the pooler must offer TLS");
+    let name = ServerName::try_from("localhost").expect("name");
+    tokio_rustls::TlsConnector::from(ca.client_config())
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with the pooler")
+}
+
 /// A logged-in TLS client speaking raw protocol.
 pub struct TlsRaw {
     stream: TlsStream<TcpStream>,
@@ -70,20 +88,7 @@ pub struct TlsRaw {
 impl TlsRaw {
     /// SSLRequest, handshake verifying `localhost` against the CA, then a trust login.
     pub async fn connect(port: u16, ca: &TestCa, user: &str, db: &str) -> TlsRaw {
-        let mut tcp = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
-        tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
-            .await
-            .expect("SSLRequest");
-        let mut answer = [0u8; 1];
-        tcp.read_exact(&mut answer).await.expect("SSL answer");
-        assert_eq!(answer[0], b'S', "the pooler must offer TLS");
-        let name = ServerName::try_from("localhost").expect("name");
-        let stream = tokio_rustls::TlsConnector::from(ca.client_config())
-            .connect(name, tcp)
-            .await
-            .expect("TLS handshake with the pooler");
+        let stream = handshake(port, ca).await;
         let mut raw = TlsRaw {
             stream,
             buf: BytesMut::new(),
