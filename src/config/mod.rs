@@ -492,6 +492,25 @@ mod tests {
     }
 
     #[test]
+    fn auth_and_tls_combinations() {
+        let load = |yaml: &str| {
+            let cfg = Config::from_yaml(yaml, "x".as_ref()).unwrap();
+            cfg.validate().map_err(|e| e.to_string())
+        };
+        let err = load("auth:\n  method: scram-sha-256\n").unwrap_err();
+        assert!(err.contains("users_file"), "{err}");
+        load("auth:\n  method: md5\n  users_file: /u\nlisten:\n  addr: 0.0.0.0\n").unwrap();
+        let err = load("tls:\n  client:\n    mode: require\n").unwrap_err();
+        assert!(err.contains("cert_file"), "{err}");
+        let err = load("tls:\n  server:\n    sslmode: verify-full\n").unwrap_err();
+        assert!(err.contains("ca_file"), "{err}");
+        let err = load("auth:\n  auth_user: a\n  auth_query: select 1\n").unwrap_err();
+        assert!(err.contains("$1"), "{err}");
+        let cfg = Config::from_yaml("auth:\n  auth_password: s3cr3t\n", "x".as_ref()).unwrap();
+        assert!(!format!("{cfg:?}").contains("s3cr3t"));
+    }
+
+    #[test]
     fn inverted_timeouts_refused() {
         let mut cfg = Config::default();
         cfg.server.connect_timeout = Duration::from_secs(60);
