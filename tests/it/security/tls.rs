@@ -131,3 +131,16 @@ async fn rotation_keeps_connected_clients() {
     assert_eq!(held.select(2).await, "2", "the connected client stays");
     assert_eq!(held.peer_cn(), "gen1");
 }
+
+/// A certificate file that cannot be read stops the start with a message naming it.
+#[tokio::test]
+async fn missing_certificate_refused_at_startup() {
+    let yaml = "tls:\n  client:\n    cert_file: /nonexistent/tls.crt\n    key_file: /nonexistent/tls.key\n";
+    let p = Pooler::spawn_with_config(support::shared(), yaml, &[]);
+    let status = p
+        .wait_exit(Duration::from_secs(10))
+        .expect("the pooler must refuse to start");
+    assert!(!status.success());
+    let stderr = p.stderr();
+    assert!(stderr.contains("/nonexistent/tls.crt"), "{stderr}");
+}
