@@ -77,28 +77,11 @@ if ! "$VENV/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
   "$VENV/bin/pip" install -q --disable-pip-version-check -r bench/requirements.txt
 fi
 
-# --- PostgreSQL binaries (PATH first, else the highest installed version) ------
-if initdb_path=$(command -v initdb 2>/dev/null); then
-  PG_BIN=$(dirname "$(readlink -f "$initdb_path")")
-else
-  PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -type d -name bin 2>/dev/null \
-    | sort -V | tail -n 1)
-fi
-if [[ -z ${PG_BIN:-} || ! -x $PG_BIN/initdb ]]; then
-  log "initdb not found (scripts/ensure-deps.sh should have installed it)"
-  exit 1
-fi
+# --- PostgreSQL programs, ports (scripts/lib/pg.sh) ---------------------------------
+# shellcheck source=scripts/lib/pg.sh
+source scripts/lib/pg.sh
+pg_find_bin
 PGBENCH=$(command -v pgbench 2>/dev/null || echo "$PG_BIN/pgbench")
-
-# initdb/pg_ctl/postgres and pgbouncer refuse to run as root: run them as the OS
-# user postgres, from the temp dir (which that user owns).
-AS_PG=()
-if [[ $(id -u) -eq 0 ]]; then
-  AS_PG=(runuser -u postgres --)
-fi
-pg() {
-  (cd "$TMP" && "${AS_PG[@]}" "$PG_BIN/$1" "${@:2}")
-}
 
 # --- file descriptors: 10,000 idle clients need as many sockets per process ---
 IDLE_CLIENTS=10000
@@ -116,26 +99,8 @@ if [[ $NOFILE != unlimited && $NOFILE -lt $((IDLE_CLIENTS + 200)) ]]; then
 fi
 log "open-file limit $NOFILE"
 
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-USED_PORTS=" "
-# Sets PORT to a free port not handed out before (the services bind later).
-next_port() {
-  local port
-  for _ in $(seq 1 200); do
-    port=$((20000 + RANDOM % 12000))
-    if [[ $USED_PORTS != *" $port "* ]] && ! port_in_use "$port"; then
-      USED_PORTS+="$port "
-      PORT=$port
-      return 0
-    fi
-  done
-  log "found no free port"
-  return 1
-}
-
 TMP=$(mktemp -d /tmp/droid-bench.XXXXXX)
+PG_TMP=$TMP
 PGDATA_DIR=$TMP/data
 PG_STARTED=0
 DROID_PID=""
@@ -169,7 +134,7 @@ cleanup() {
   fi
   stop_pid "$PGB_RUNNER_PID"
   if [[ $PG_STARTED -eq 1 ]]; then
-    pg pg_ctl -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 || true
+    pg_stop "$PGDATA_DIR" fast
   fi
   rm -rf "$TMP"
   exit "$status"
@@ -178,32 +143,20 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ $(id -u) -eq 0 ]]; then
-  chown postgres: "$TMP"
-fi
+pg_own_tmp
 
 # --- PostgreSQL -----------------------------------------------------------------
 log "initdb in $PGDATA_DIR"
-pg initdb -D "$PGDATA_DIR" -U postgres -A trust -E UTF8 --locale=C \
-  >"$TMP/initdb.log" 2>&1 || {
-  cat "$TMP/initdb.log" >&2
-  exit 1
-}
-next_port
-PG_PORT=$PORT
+pg_initdb "$PGDATA_DIR"
 # PostgreSQL defaults except where a benchmark needs otherwise (fsync stays on).
 cat >>"$PGDATA_DIR/postgresql.conf" <<CONF
 
 # --- droid-pool benchmark ---
 listen_addresses = '127.0.0.1'
-port = $PG_PORT
 unix_socket_directories = '$TMP'
 max_connections = 200
 CONF
-if ! pg pg_ctl -D "$PGDATA_DIR" -l "$PGDATA_DIR/postgres.log" -w -t 60 start >/dev/null; then
-  tail -n 30 "$PGDATA_DIR/postgres.log" >&2 || true
-  exit 1
-fi
+pg_start "$PGDATA_DIR"
 PG_STARTED=1
 PG_PID=$(head -n 1 "$PGDATA_DIR/postmaster.pid")
 log "PostgreSQL on 127.0.0.1:$PG_PORT; pgbench -i -s 10"
@@ -221,18 +174,18 @@ client:
   max_connections: 20000
 YAML
 next_port
-DROID_PORT=$PORT
+DROID_PORT=$FREE_PORT
 next_port
-DROID_TP_PORT=$PORT
+DROID_TP_PORT=$FREE_PORT
 DROID_ARGS=(--server-port "$PG_PORT" --pool-size 20 --mode transaction --config "$TMP/droid-pool.yaml")
 # Builds with an admin HTTP server need a free port for it, one per instance.
 ADMIN_ARGS=()
 ADMIN_TP_ARGS=()
 if "$POOLER" --help 2>/dev/null | grep -q -- '--admin-port'; then
   next_port
-  ADMIN_ARGS=(--admin-port "$PORT")
+  ADMIN_ARGS=(--admin-port "$FREE_PORT")
   next_port
-  ADMIN_TP_ARGS=(--admin-port "$PORT")
+  ADMIN_TP_ARGS=(--admin-port "$FREE_PORT")
 fi
 "$POOLER" --port "$DROID_PORT" "${DROID_ARGS[@]}" "${ADMIN_ARGS[@]}" >"$TMP/droid-pool.log" 2>&1 &
 DROID_PID=$!
@@ -242,7 +195,7 @@ DROID_TP_PID=$!
 
 # --- PgBouncer (as postgres, files in a dir that user owns) ------------------------
 next_port
-PGB_PORT=$PORT
+PGB_PORT=$FREE_PORT
 PGB_DIR=$TMP/pgbouncer
 mkdir -p "$PGB_DIR"
 echo '"postgres" ""' >"$PGB_DIR/userlist.txt"

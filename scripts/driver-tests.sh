@@ -76,43 +76,13 @@ if [[ $need_node -eq 1 ]]; then
   fi
 fi
 
-# --- PostgreSQL (as scripts/quickstart.sh) --------------------------------------
-if initdb_path=$(command -v initdb 2>/dev/null); then
-  PG_BIN=$(dirname "$(readlink -f "$initdb_path")")
-else
-  PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -type d -name bin 2>/dev/null \
-    | sort -V | tail -n 1)
-fi
-if [[ -z ${PG_BIN:-} || ! -x $PG_BIN/initdb ]]; then
-  log "initdb not found (scripts/ensure-deps.sh installs PostgreSQL)"
-  exit 1
-fi
-
-AS_PG=()
-if [[ $(id -u) -eq 0 ]]; then
-  AS_PG=(runuser -u postgres --)
-fi
-pg() {
-  (cd "$TMP" && "${AS_PG[@]}" "$PG_BIN/$1" "${@:2}")
-}
-
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-free_port() {
-  local port
-  for _ in $(seq 1 100); do
-    port=$((20000 + RANDOM % 40000))
-    if ! port_in_use "$port"; then
-      echo "$port"
-      return 0
-    fi
-  done
-  log "found no free port"
-  return 1
-}
+# --- PostgreSQL ------------------------------------------------------------------
+# shellcheck source=scripts/lib/pg.sh
+source scripts/lib/pg.sh
+pg_find_bin
 
 TMP=$(mktemp -d /tmp/droid-driver-tests.XXXXXX)
+PG_TMP=$TMP
 PGDATA_DIR=$TMP/data
 PG_STARTED=0
 POOLER_PID=""
@@ -138,7 +108,7 @@ cleanup() {
   trap - EXIT INT TERM
   stop_pooler
   if [[ $PG_STARTED -eq 1 ]]; then
-    pg pg_ctl -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+    pg_stop "$PGDATA_DIR" immediate
   fi
   if [[ $status -ne 0 && -d $TMP ]]; then
     for f in "$TMP"/pooler-*.log; do
@@ -154,15 +124,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ $(id -u) -eq 0 ]]; then
-  chown postgres: "$TMP"
-fi
-
-pg initdb -D "$PGDATA_DIR" -U postgres -A trust -E UTF8 --locale=C --no-sync \
-  >"$TMP/initdb.log" 2>&1 || {
-  cat "$TMP/initdb.log" >&2
-  exit 1
-}
+pg_own_tmp
+pg_initdb "$PGDATA_DIR"
 cat >>"$PGDATA_DIR/postgresql.conf" <<CONF
 
 # --- droid-pool driver tests ---
@@ -173,18 +136,7 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 CONF
-# A free port can be taken by someone else before PostgreSQL binds it: try a few.
-for attempt in 1 2 3; do
-  PG_PORT=$(free_port)
-  if pg pg_ctl -D "$PGDATA_DIR" -l "$PGDATA_DIR/postgres.log" -o "-p $PG_PORT" -w -t 60 \
-    start >/dev/null; then
-    break
-  fi
-  if [[ $attempt -eq 3 ]]; then
-    tail -n 30 "$PGDATA_DIR/postgres.log" >&2 || true
-    exit 1
-  fi
-done
+pg_start "$PGDATA_DIR"
 PG_STARTED=1
 log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT"
 

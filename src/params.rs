@@ -104,6 +104,11 @@ impl ClientParams {
     /// search_path=a,b` means what it means at login; literals are E'' strings, which treat
     /// backslash and quote the same whatever `standard_conforming_strings` says.
     pub fn sync_sql(&self, server: &Params, applied: &Params) -> Option<String> {
+        // The usual case on the hot path: a client with the pool's settings on a server that
+        // still has them (servers report in login order, so the lists compare pairwise).
+        if self.overrides.is_empty() && applied.is_empty() && *self.base == *server {
+            return None;
+        }
         let mut sql = String::new();
         for (name, _) in applied.iter() {
             if self.get(name).is_none() && valid_name(name) {

@@ -20,11 +20,17 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Installed before returning, so a signal sent once the pooler says it is listening is
+    // never met by the default action (which, for SIGHUP, would end the process).
+    let signals = {
+        let _in_runtime = runtime.enter();
+        Signals::install()?
+    };
     std::thread::Builder::new()
         .name("droid-pool-admin".into())
         .spawn(move || {
             runtime.block_on(async move {
-                spawn_signal_handlers(shared.clone());
+                spawn_signal_handlers(signals, shared.clone());
                 let listener = match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => l,
                     Err(e) => {
@@ -41,17 +47,32 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
     Ok(local)
 }
 
+/// The signals the pooler handles, registered with the admin runtime.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must run inside the admin runtime's context.
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
 /// SIGTERM/SIGINT start a drain; a second one stops at once. SIGHUP reloads the config.
-fn spawn_signal_handlers(shared: Arc<Shared>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+fn spawn_signal_handlers(signals: Signals, shared: Arc<Shared>) {
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     let drain_shared = shared.clone();
     tokio::spawn(async move {
         tokio::select! {

@@ -45,6 +45,7 @@ impl Session<'_> {
 
 /// Runs the reset query on a server whose session-mode client left, then returns it.
 async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
+    let used = pool.resetting();
     let run = async {
         let mut b = BytesMut::new();
         frontend::query(&mut b, &sql);
@@ -73,7 +74,9 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
             }
         }
     };
-    match tokio::time::timeout(Duration::from_secs(10), run).await {
+    let outcome = tokio::time::timeout(Duration::from_secs(10), run).await;
+    drop(used);
+    match outcome {
         Ok(Ok(())) => {
             // DISCARD ALL (the default) drops every prepared statement and setting.
             conn.statements.clear();

@@ -18,6 +18,8 @@ pub struct PoolSnapshot {
     pub servers_active: i64,
     pub servers_idle: i64,
     pub servers_login: i64,
+    /// Released by their client and being reset (session mode's reset query) before reuse.
+    pub servers_used: i64,
     pub pool_size: i64,
     pub max_wait_seconds: f64,
 }
@@ -113,6 +115,13 @@ impl<S: SnapshotSource> SnapshotCollector<S> {
                 ),
                 |s| s.servers_login,
             ));
+            v.push((
+                compat(
+                    "pgbouncer_pools_server_used_connections",
+                    "Server connections released and being reset before reuse.",
+                ),
+                |s| s.servers_used,
+            ));
         }
         v
     }
@@ -145,6 +154,7 @@ impl<S: SnapshotSource> Collector for SnapshotCollector<S> {
                 ("active", s.servers_active),
                 ("idle", s.servers_idle),
                 ("login", s.servers_login),
+                ("used", s.servers_used),
             ] {
                 servers
                     .with_label_values(&[base[0], base[1], base[2], state])

@@ -102,6 +102,8 @@ struct PoolInner {
     clients: AtomicI64,
     /// Sessions waiting in checkout.
     waiting: AtomicI64,
+    /// Servers released by their client and being reset before reuse (PgBouncer's `used`).
+    resetting: AtomicI64,
     database: String,
     user: String,
     mode: &'static str,
@@ -139,6 +141,7 @@ impl Pool {
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
                 waiting: AtomicI64::new(0),
+                resetting: AtomicI64::new(0),
                 database: key.database.clone(),
                 user: key.user.clone(),
                 mode,
@@ -263,7 +266,8 @@ impl Pool {
             (st.idle.len() as i64, st.connecting as i64, 0.0)
         };
         let open = self.open_count() as i64;
-        let active = (open - idle - connecting).max(0);
+        let used = self.inner.resetting.load(Ordering::Relaxed);
+        let active = (open - idle - connecting - used).max(0);
         let clients = self.inner.clients.load(Ordering::Relaxed);
         let waiting = self.inner.waiting.load(Ordering::Relaxed);
         PoolSnapshot {
@@ -277,6 +281,7 @@ impl Pool {
             servers_active: active,
             servers_idle: idle,
             servers_login: connecting,
+            servers_used: used,
             pool_size: self.settings().size as i64,
             max_wait_seconds: max_wait,
         }
@@ -411,6 +416,23 @@ impl Pool {
             .lifetime
             .mul_f64(s.lifetime_jitter * rand::thread_rng().gen::<f64>());
         Some(Instant::now() + s.lifetime + jitter)
+    }
+}
+
+/// A server counted as `used` (being reset) until the guard drops.
+pub struct Resetting(Pool);
+
+impl Pool {
+    /// Counts a server as `used` while its client's leftovers are reset away.
+    pub fn resetting(&self) -> Resetting {
+        self.inner.resetting.fetch_add(1, Ordering::Relaxed);
+        Resetting(self.clone())
+    }
+}
+
+impl Drop for Resetting {
+    fn drop(&mut self) {
+        self.0.inner.resetting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

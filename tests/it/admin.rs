@@ -2,47 +2,15 @@
 //! console through psql, against the real binary and a real PostgreSQL.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::task::block_in_place;
 
+use crate::support::metrics::{metric, scrape, wait_metrics};
+use crate::support::tools::pg_tool;
 use crate::support::{self, Pooler, DB};
 
 const USER: &str = "droid";
-
-fn scrape(p: &Pooler) -> String {
-    let (code, body) = block_in_place(|| p.admin_get("/metrics"));
-    assert_eq!(code, 200, "GET /metrics: {body}");
-    body
-}
-
-/// The value of an unlabelled sample, or of the first sample whose labels contain `labels`.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            let (head, _) = l.rsplit_once(' ').unwrap_or((l, ""));
-            (head == name || head.starts_with(&format!("{name}{{"))) && head.contains(labels)
-        })
-        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
-}
-
-/// Polls /metrics until `pred` holds (or panics after `within`).
-async fn wait_metrics(p: &Pooler, within: Duration, what: &str, pred: impl Fn(&str) -> bool) {
-    let until = Instant::now() + within;
-    loop {
-        let text = scrape(p);
-        if pred(&text) {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what} not seen within {within:?}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A ConfigMap-like volume: `dir/..data -> versionN`, `dir/droid-pool.yaml -> ..data/droid-pool.yaml`.
 fn configmap_version(dir: &Path, version: &str, yaml: &str) {
@@ -61,13 +29,13 @@ fn configmap_version(dir: &Path, version: &str, yaml: &str) {
 }
 
 fn pool_size(text: &str) -> Option<f64> {
-    sample(text, "droidpool_pool_size", &format!("user=\"{USER}\""))
+    metric(text, "droidpool_pool_size", &[("user", USER)])
 }
 
 fn servers_open(text: &str) -> f64 {
-    ["active", "idle", "login"]
+    ["active", "idle", "login", "used"]
         .iter()
-        .filter_map(|s| sample(text, "droidpool_servers", &format!("state=\"{s}\"")))
+        .filter_map(|s| metric(text, "droidpool_servers", &[("state", s)]))
         .sum()
 }
 
@@ -94,7 +62,7 @@ async fn configmap_swap_resizes_the_pool_without_dropping_clients() {
     })
     .await;
     assert_eq!(
-        sample(&scrape(&pooler), "droidpool_config_generation", ""),
+        metric(&scrape(&pooler), "droidpool_config_generation", &[]),
         Some(1.0)
     );
 
@@ -104,7 +72,7 @@ async fn configmap_swap_resizes_the_pool_without_dropping_clients() {
         &pooler,
         Duration::from_secs(5),
         "pool size 2, generation 2",
-        |t| pool_size(t) == Some(2.0) && sample(t, "droidpool_config_generation", "") == Some(2.0),
+        |t| pool_size(t) == Some(2.0) && metric(t, "droidpool_config_generation", &[]) == Some(2.0),
     )
     .await;
     wait_metrics(&pooler, Duration::from_secs(5), "at most 2 servers", |t| {
@@ -125,12 +93,16 @@ async fn configmap_swap_resizes_the_pool_without_dropping_clients() {
     // A broken file is refused and the running configuration stays.
     configmap_version(dir.path(), "v3", "pool:\n  size: [\n");
     wait_metrics(&pooler, Duration::from_secs(5), "a rejected reload", |t| {
-        sample(t, "droidpool_config_reloads_total", "result=\"rejected\"") >= Some(1.0)
+        metric(
+            t,
+            "droidpool_config_reloads_total",
+            &[("result", "rejected")],
+        ) >= Some(1.0)
     })
     .await;
     let t = scrape(&pooler);
     assert_eq!(pool_size(&t), Some(2.0));
-    assert_eq!(sample(&t, "droidpool_config_generation", ""), Some(2.0));
+    assert_eq!(metric(&t, "droidpool_config_generation", &[]), Some(2.0));
     assert!(
         pooler.stderr().contains("config reload rejected"),
         "{}",
@@ -164,7 +136,7 @@ async fn sighup_reloads_the_mode() {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
         let text = scrape(&pooler);
-        if sample(&text, "droidpool_config_generation", "") == Some(2.0) {
+        if metric(&text, "droidpool_config_generation", &[]) == Some(2.0) {
             break;
         }
         assert!(Instant::now() < until, "no reload after SIGHUP:\n{text}");
@@ -179,7 +151,7 @@ async fn sighup_reloads_the_mode() {
 }
 
 fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, String) {
-    let out = Command::new(support::bin("psql"))
+    let out = pg_tool("psql")
         .args([
             "-X",
             "-A",
@@ -196,9 +168,6 @@ fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, Stri
             "-c",
             sql,
         ])
-        .env_remove("PGPASSWORD")
-        .env("PGCONNECT_TIMEOUT", "10")
-        .stdin(Stdio::null())
         .output()
         .expect("run psql");
     (
@@ -224,7 +193,7 @@ async fn admin_console_through_psql() {
     let header = lines.next().unwrap();
     assert!(
         header.starts_with(
-            "database|user|cl_active|cl_waiting|sv_active|sv_idle|sv_login|maxwait|pool_mode"
+            "database|user|cl_active|cl_waiting|sv_active|sv_idle|sv_used|sv_login|maxwait|pool_mode"
         ),
         "{header}"
     );
@@ -318,7 +287,48 @@ async fn min_pool_size_is_connected_before_startup() {
     let (code, _) = block_in_place(|| pooler.admin_get("/startupz"));
     assert_eq!(code, 200);
     wait_metrics(&pooler, Duration::from_secs(5), "2 warm servers", |t| {
-        sample(t, "droidpool_servers", "state=\"idle\"") == Some(2.0)
+        metric(t, "droidpool_servers", &[("state", "idle")]) == Some(2.0)
     })
+    .await;
+}
+
+/// A session-mode server whose client left is `used` while the reset query runs, then idle;
+/// both in /metrics and in the console-compatible pgbouncer_exporter family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_is_used_while_its_reset_runs() {
+    let pg = support::shared();
+    let yaml = "pool:\n  mode: session\n  reset_query: SELECT pg_sleep(1.5)\n";
+    let pooler = block_in_place(|| Pooler::start_with_config(pg, yaml, &[]));
+    let client = pooler.connect(USER, DB).await;
+    client.simple_query("SELECT 1").await.expect("query");
+    let t = scrape(&pooler);
+    assert_eq!(
+        metric(&t, "droidpool_servers", &[("state", "active")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&t, "droidpool_servers", &[("state", "used")]),
+        Some(0.0)
+    );
+    drop(client);
+    wait_metrics(&pooler, Duration::from_secs(1), "the server used", |t| {
+        metric(t, "droidpool_servers", &[("state", "used")]) == Some(1.0)
+            && metric(t, "droidpool_servers", &[("state", "active")]) == Some(0.0)
+            && metric(
+                t,
+                "pgbouncer_pools_server_used_connections",
+                &[("user", USER)],
+            ) == Some(1.0)
+    })
+    .await;
+    wait_metrics(
+        &pooler,
+        Duration::from_secs(5),
+        "the server idle after its reset",
+        |t| {
+            metric(t, "droidpool_servers", &[("state", "used")]) == Some(0.0)
+                && metric(t, "droidpool_servers", &[("state", "idle")]) == Some(1.0)
+        },
+    )
     .await;
 }

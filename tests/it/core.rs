@@ -3,7 +3,7 @@
 //! parameter sync, cancel, server logins, failure handling, limits, and the event lines.
 
 use std::future::Future;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
 use crate::support::pg::PASSWORD_USERS;
 use crate::support::raw::{self, Raw};
+use crate::support::tools::{pg_tool, run_tool, text};
 use crate::support::{self, PgServer, Pooler, DB};
 
 // ---------------------------------------------------------------------------------------------
@@ -270,50 +271,6 @@ fn max_open_servers(lines: &[String]) -> i64 {
 
 fn count_lines(lines: &[String], pred: impl Fn(&str) -> bool) -> usize {
     lines.iter().filter(|l| pred(l)).count()
-}
-
-/// A libpq tool with the environment that would redirect it removed.
-fn pg_tool(name: &str) -> Command {
-    let mut cmd = Command::new(support::bin(name));
-    for var in [
-        "PGHOST",
-        "PGHOSTADDR",
-        "PGPORT",
-        "PGUSER",
-        "PGDATABASE",
-        "PGPASSWORD",
-        "PGPASSFILE",
-        "PGSERVICE",
-        "PGOPTIONS",
-        "PGSSLMODE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("PGCONNECT_TIMEOUT", "10");
-    cmd
-}
-
-fn run_tool(cmd: &mut Command, stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin pipe");
-        pipe.write_all(text.as_bytes()).expect("write stdin");
-    }
-    child.wait_with_output().expect("wait for tool")
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 // ---------------------------------------------------------------------------------------------

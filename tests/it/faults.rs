@@ -32,6 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{block_in_place, JoinHandle};
 
+use crate::support::metrics::metric_or_zero;
 use crate::support::pooler::{http_request, LISTENING_PREFIX};
 use crate::support::raw::{self, Raw};
 use crate::support::{self, free_port, PgServer, Pooler, DB};
@@ -295,20 +296,6 @@ impl Rig {
     }
 }
 
-/// Sum of every sample of `name` (any labels) in a Prometheus text exposition; `filter` must be
-/// contained in the sample's line (e.g. a label).
-fn metric(text: &str, name: &str, filter: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter(|l| l.contains(filter))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// How one query through the pooler ended.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Outcome {
@@ -445,8 +432,12 @@ async fn storm(clients: usize, outage: Duration, fault: Mode) -> StormReport {
     let mut max_waiting: f64 = 0.0;
     while Instant::now() < heal_at {
         let m = rig.metrics();
-        max_waiting = max_waiting.max(metric(&m, "droidpool_clients", "state=\"waiting\""));
-        if metric(&m, "droidpool_breaker_state", "") >= 2.0 {
+        max_waiting = max_waiting.max(metric_or_zero(
+            &m,
+            "droidpool_clients",
+            &[("state", "waiting")],
+        ));
+        if metric_or_zero(&m, "droidpool_breaker_state", &[]) >= 2.0 {
             open_seen.store(true, Ordering::Relaxed);
         }
         assert_eq!(rig.live(), 200, "liveness during the outage");
@@ -484,7 +475,7 @@ async fn storm(clients: usize, outage: Duration, fault: Mode) -> StormReport {
         requests,
         codes,
         slowest_recovery,
-        overflow: metric(&m, "droidpool_retry_overflow_total", ""),
+        overflow: metric_or_zero(&m, "droidpool_retry_overflow_total", &[]),
         max_waiting,
         refusals: refusals.len(),
         refusal_p99,
@@ -499,7 +490,7 @@ async fn storm(clients: usize, outage: Duration, fault: Mode) -> StormReport {
         report.codes,
         report.slowest_recovery,
         report.overflow,
-        metric(&m, "droidpool_retries_total", ""),
+        metric_or_zero(&m, "droidpool_retries_total", &[]),
         report.max_waiting,
         report.refusal_p99,
         report.refusals,
@@ -689,7 +680,7 @@ async fn breaker_refuses_fast_and_closes_after_probe() {
     assert!(p99 <= Duration::from_millis(10), "{summary}");
     let m = rig.metrics();
     assert_eq!(
-        metric(&m, "droidpool_breaker_state", ""),
+        metric_or_zero(&m, "droidpool_breaker_state", &[]),
         2.0,
         "breaker state open"
     );
@@ -716,12 +707,16 @@ async fn breaker_refuses_fast_and_closes_after_probe() {
         healed.elapsed()
     );
     let m = rig.metrics();
-    assert_eq!(metric(&m, "droidpool_breaker_state", ""), 0.0, "closed");
+    assert_eq!(
+        metric_or_zero(&m, "droidpool_breaker_state", &[]),
+        0.0,
+        "closed"
+    );
     assert!(
-        metric(
+        metric_or_zero(
             &m,
             "droidpool_breaker_transitions_total",
-            "state=\"closed\""
+            &[("state", "closed")]
         ) >= 1.0
     );
 }

@@ -3,6 +3,7 @@ mod badinput;
 mod codec;
 mod core;
 mod faults;
+mod kind_checker;
 mod lifecycle;
 mod prepared;
 mod security;

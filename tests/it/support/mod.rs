@@ -7,10 +7,12 @@
 //! Not every test uses every helper, hence the blanket allows.
 #![allow(dead_code, unused_imports)]
 
+pub mod metrics;
 pub mod pg;
 pub mod pooler;
 pub mod raw;
 pub mod tls;
+pub mod tools;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

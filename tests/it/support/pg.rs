@@ -43,7 +43,7 @@ pub const PASSWORD_USERS: &[(&str, &str, &str)] = &[
 ];
 
 /// Environment variables that would redirect libpq tools elsewhere.
-const PG_ENV: &[&str] = &[
+pub(crate) const PG_ENV: &[&str] = &[
     "PGHOST",
     "PGHOSTADDR",
     "PGPORT",

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Validates everything droid-pool ships for Kubernetes, offline, with real tools (issue 9):
+#   Dockerfile     hadolint; the image's promises (both binaries, STOPSIGNAL, EXPOSE, non-root,
+#                  no shell in the runtime stage). No container engine here: it is not built.
+#   Helm chart     helm lint --strict and helm template for the default values and each
+#                  charts/droid-pool/ci/*-values.yaml; values that must be refused are refused
+#   manifests      kubernetes-validate -k 1.29.0 --strict (built-in kinds), validate_crs.py
+#                  (PoolConfig against our CRD, NetworkChaos against Chaos Mesh's), the chart's
+#                  promises (scripts/check_packaging.py), every kind accounted for
+#   deploy/        kubectl kustomize of deploy/ and deploy/examples/, validated the same way;
+#                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
+#   chaos/         the Chaos Mesh manifests, the NetworkPolicy Job and its embedded script
+#   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
+#                  authorizer, PoolConfigs accepted, the game day's script run against it, the
+#                  operator run as the chart's ServiceAccount (scripts/check-packaging-apiserver.sh)
+#   Prometheus     promtool check rules, test rules, check config
+#   yamllint       every YAML file we write and every rendered manifest
+#   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
+# Tools: scripts/ensure-k8s-tools.sh (run first). Output: target/packaging/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+bash scripts/ensure-k8s-tools.sh
+VENV=$ROOT/target/k8s-venv
+PY=$VENV/bin/python
+HELM=$ROOT/target/k8s-bin/helm
+KUBECTL=$ROOT/target/k8s-bin/kubectl
+VALIDATE_CRS=$ROOT/../shared/tools/validate_crs.py
+CHAOS_CRD=$ROOT/../shared/reference/chaos-mesh-networkchaos-crd.yaml
+CRD=deploy/crds/poolconfig.yaml
+CHART=charts/droid-pool
+OUT=target/packaging
+rm -rf "$OUT"
+mkdir -p "$OUT/chart" "$OUT/kustomize" "$OUT/chaos"
+
+section() { echo "check-packaging: -- $*"; }
+die() {
+  echo "check-packaging: FAIL: $*" >&2
+  exit 1
+}
+for f in "$VALIDATE_CRS" "$CHAOS_CRD"; do
+  [[ -f $f ]] || die "missing $f (the shared tools and references beside the repository)"
+done
+
+# kubernetes-validate for built-in kinds, then validate_crs.py for the custom ones; every
+# document must be of a kind one of them (or check_packaging.py) validates.
+validate_manifests() {
+  "$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "$@" \
+    || die "kubernetes-validate rejected $*"
+  "$PY" "$VALIDATE_CRS" "$CRD" "$CHAOS_CRD" -- "$@" >"$OUT/validate_crs.log" \
+    || {
+      cat "$OUT/validate_crs.log" >&2
+      die "validate_crs.py rejected a custom resource in $*"
+    }
+  "$PY" scripts/check_packaging.py kinds "$OUT/validate_crs.log" "$@" || die "unaccounted kinds in $*"
+}
+
+# --- Dockerfile ---------------------------------------------------------------
+section "Dockerfile"
+"$VENV/bin/hadolint" Dockerfile || die "hadolint"
+bins=$(cargo metadata --no-deps --format-version 1 --offline \
+  | "$PY" -c 'import json,sys; print(" ".join(t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"] if "bin" in t["kind"]))')
+# shellcheck disable=SC2086 # one argument per bin target
+"$PY" scripts/check_packaging.py dockerfile Dockerfile $bins || die "Dockerfile"
+for keep in Cargo.toml Cargo.lock src/; do
+  grep -qx "!$keep" .dockerignore || die ".dockerignore does not let $keep into the build context"
+done
+
+# --- the CRD: the operator's, the same in both places --------------------------
+section "PoolConfig CRD"
+[[ -f $CRD ]] || die "$CRD is missing (it comes from the operator's 'droid-pool-operator crd')"
+cmp -s "$CRD" "$CHART/crds/poolconfig.yaml" || die "$CRD and $CHART/crds/poolconfig.yaml differ"
+"$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "$CRD" || die "the CRD itself"
+
+# --- Helm chart ---------------------------------------------------------------
+section "helm lint + template (default and $CHART/ci/*-values.yaml)"
+combos=(default)
+for f in "$CHART"/ci/*-values.yaml; do
+  combos+=("$f")
+done
+for combo in "${combos[@]}"; do
+  args=()
+  name=default
+  if [[ $combo != default ]]; then
+    args=(-f "$combo")
+    name=$(basename "$combo" -values.yaml)
+  fi
+  "$HELM" lint --strict --quiet "$CHART" "${args[@]}" >"$OUT/lint-$name.log" 2>&1 \
+    || {
+      cat "$OUT/lint-$name.log" >&2
+      die "helm lint --strict ($name)"
+    }
+  "$HELM" template droid-pool "$CHART" --namespace droid-pool-system "${args[@]}" \
+    >"$OUT/chart/$name.yaml" || die "helm template ($name)"
+  validate_manifests "$OUT/chart/$name.yaml"
+done
+"$PY" scripts/check_packaging.py chart "$OUT/chart" || die "the chart's promises"
+
+# Values the schema or the templates must refuse, each with the message it must give.
+refuse() {
+  local want=$1
+  shift
+  local log=$OUT/refused.log
+  if "$HELM" template droid-pool "$CHART" "$@" >"$log" 2>&1; then
+    die "helm template accepted bad values: $*"
+  fi
+  grep -q -- "$want" "$log" || {
+    cat "$log" >&2
+    die "helm template refused $* without saying '$want'"
+  }
+}
+refuse "pullPolicy" --set image.pullPolicy=Sometimes
+refuse "additional properties 'replica' not allowed" --set operator.replica=2
+refuse "exactly one of poolSize and maxServerConnections" --set pooler.enabled=true --set pooler.spec.poolSize=3
+refuse "maxServerConnections" --set pooler.enabled=true --set pooler.spec.maxServerConnections=0
+refuse "mode" --set pooler.enabled=true --set pooler.spec.mode=sometimes
+refuse "clientAuth" --set pooler.enabled=true --set pooler.spec.clientAuth=null
+refuse "serviceAccount.name is required" --set serviceAccount.create=false
+refuse "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+
+# --- deploy/ (kustomize) -------------------------------------------------------
+section "deploy/ (kubectl kustomize)"
+bash scripts/render-deploy.sh --check || die "deploy/operator/operator.yaml is stale"
+"$KUBECTL" kustomize deploy >"$OUT/kustomize/deploy.yaml" || die "kubectl kustomize deploy"
+"$KUBECTL" kustomize deploy/examples >"$OUT/kustomize/examples.yaml" || die "kubectl kustomize deploy/examples"
+validate_manifests "$OUT/kustomize/deploy.yaml" "$OUT/kustomize/examples.yaml"
+grep -q "kind: PoolConfig" "$OUT/kustomize/examples.yaml" || die "deploy/examples has no PoolConfig"
+# Every example file on its own too, also those the kustomization does not list.
+examples=()
+for f in deploy/examples/*.yaml deploy/operator/*.yaml; do
+  [[ $(basename "$f") == kustomization.yaml || $f == deploy/operator/values.yaml ]] || examples+=("$f")
+done
+validate_manifests "${examples[@]}"
+# What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
+"$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
+validate_manifests "$OUT/kustomize/kind-e2e.yaml"
+
+# --- chaos/ -------------------------------------------------------------------
+section "chaos/ manifests"
+chaos_files=(chaos/block-postgres-20s.yaml chaos/block-postgres-20s-external.yaml)
+"$PY" "$VALIDATE_CRS" "$CHAOS_CRD" -- "${chaos_files[@]}" >"$OUT/chaos/validate_crs.log" \
+  || {
+    cat "$OUT/chaos/validate_crs.log" >&2
+    die "validate_crs.py rejected a NetworkChaos"
+  }
+[[ $(grep -c '^OK' "$OUT/chaos/validate_crs.log") -eq ${#chaos_files[@]} ]] \
+  || die "not every chaos manifest was validated: $(cat "$OUT/chaos/validate_crs.log")"
+"$PY" scripts/check_packaging.py chaos "${chaos_files[@]}" || die "chaos manifests"
+netpol=chaos/kubernetes/block-postgres-20s-netpol.yaml
+validate_manifests "$netpol"
+"$PY" scripts/check_packaging.py extract "$netpol" "$OUT/chaos" || die "extracting from $netpol"
+"$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "$OUT/chaos/networkpolicy.yaml" \
+  || die "the NetworkPolicy inside $netpol"
+shellcheck -s sh "$OUT/chaos/run.sh" || die "shellcheck of the script inside $netpol"
+
+# --- a real API server: RBAC, PoolConfigs, the game day's script ------------------
+section "real API server (../shared/tools/kube-apiserver)"
+bash scripts/check-packaging-apiserver.sh
+
+# --- Prometheus ---------------------------------------------------------------
+section "Prometheus rules and config"
+cmp -s deploy/prometheus/droid-pool-rules.yaml "$CHART/files/droid-pool-rules.yaml" \
+  || die "$CHART/files/droid-pool-rules.yaml differs from deploy/prometheus/droid-pool-rules.yaml"
+grep -q 'kind: PrometheusRule' "$OUT/chart/monitoring-operator.yaml" \
+  || die "the monitoring values render no PrometheusRule"
+promtool check rules deploy/prometheus/droid-pool-rules.yaml >/dev/null || die "promtool check rules"
+promtool test rules deploy/prometheus/droid-pool-rules.test.yaml || die "promtool test rules"
+# Debian's promtool is built without Kubernetes service discovery: check the rest of the file
+# (relabelling, rule files) with the discovery swapped for a static target.
+cp deploy/prometheus/droid-pool-rules.yaml "$OUT/"
+sed -e 's/kubernetes_sd_configs:/static_configs:/' -e 's/- role: pod/- targets: ["127.0.0.1:9127"]/' \
+  deploy/prometheus/prometheus.yml >"$OUT/prometheus.yml"
+grep -q 'role: pod' "$OUT/prometheus.yml" && die "the static swap of prometheus.yml did not apply"
+promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check config"
+
+# --- yamllint -----------------------------------------------------------------
+section "yamllint"
+"$VENV/bin/yamllint" --strict -c .yamllint.yaml \
+  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind \
+  "$OUT/chart" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
+"$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json" \
+  || die "values.schema.json is not JSON"
+
+# --- shell scripts ------------------------------------------------------------
+section "shell scripts (bash -n, shellcheck)"
+scripts=(tests/kind/*.sh chaos/gameday/run.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
+  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh)
+for s in "${scripts[@]}"; do
+  bash -n "$s" || die "bash -n $s"
+done
+shellcheck -x "${scripts[@]}" || die "shellcheck"
+"$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
+  tests/kind/prepared_checks.py scripts/check_packaging.py || die "python syntax"
+
+echo "check-packaging: all checks passed"

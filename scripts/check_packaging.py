@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Checks of the packaging that no generic validator makes (run by check-packaging.sh).
+
+  check_packaging.py kinds CRS_LOG FILE...  every object is of a kind some check validates, and
+                                            validate_crs.py said OK for every custom resource
+  check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC
+  check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
+  check_packaging.py extract FILE OUTDIR    the NetworkPolicy and script inside the Job's ConfigMap
+  check_packaging.py can-i                   the operator's permissions as "yes|no NAMESPACE VERB
+                                            RESOURCE" lines, from deploy/operator/clusterrole.yaml
+  check_packaging.py dockerfile DOCKERFILE BIN...
+                                            the image's promises; BIN: the cargo bin targets
+
+Exit 1 with one line per failure.
+"""
+import os
+import sys
+
+import yaml
+
+# apiVersions whose kinds kubernetes-validate has schemas for (built into Kubernetes 1.29).
+BUILTIN = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
+           "networking.k8s.io/v1", "apiextensions.k8s.io/v1", "coordination.k8s.io/v1"}
+# Custom kinds and what validates them.
+CUSTOM = {
+    ("droidpool.io/v1alpha1", "PoolConfig"): "validate_crs.py against deploy/crds/poolconfig.yaml",
+    ("chaos-mesh.org/v1alpha1", "NetworkChaos"): "validate_crs.py against Chaos Mesh's CRD",
+    # No Prometheus Operator CRD is available offline: their shape is asserted in `chart`.
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "check_packaging.py chart",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "check_packaging.py chart",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "check_packaging.py chart (promtool-tested rules)",
+}
+RULES = "deploy/prometheus/droid-pool-rules.yaml"
+
+# The operator's rules: deploy/operator/clusterrole.yaml, which the operator's own tests prove
+# sufficient by running the controller bound to nothing else. The chart splits the Lease rule
+# into a Role in the release namespace. A change there is a change of every installation.
+CLUSTERROLE = "deploy/operator/clusterrole.yaml"
+
+
+def normalized(rules):
+    return sorted((tuple(g), tuple(r), tuple(sorted(v))) for g, r, v in rules)
+
+
+def reference_rules():
+    """(operator rules, lease rules) of CLUSTERROLE, normalized."""
+    with open(CLUSTERROLE) as f:
+        role = yaml.safe_load(f)
+    rules = rules_of(role)
+    lease = [r for r in rules if r[0] == ["coordination.k8s.io"]]
+    rest = [r for r in rules if r[0] != ["coordination.k8s.io"]]
+    return normalized(rest), normalized(lease)
+
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def load_dir(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".yaml"):
+            out[name] = load(os.path.join(d, name))
+    return out
+
+
+def kinds(crs_log, files):
+    with open(crs_log) as f:
+        ok = {tuple(line.split()[1:3]) for line in f if line.startswith("OK")}
+    for path in files:
+        for d in load(path):
+            key = (d.get("apiVersion"), d.get("kind"))
+            name = d.get("metadata", {}).get("name")
+            if key[0] not in BUILTIN and key not in CUSTOM:
+                fail(f"{path}: {key[1]}/{name} ({key[0]}) is of a kind no check validates")
+            if "validate_crs" in CUSTOM.get(key, "") and (path, f"{key[1]}/{name}") not in ok:
+                fail(f"{path}: {key[1]}/{name} was not validated by validate_crs.py (no schema for {key[0]}?)")
+
+
+def rules_of(role):
+    return [(r.get("apiGroups"), r.get("resources"), r.get("verbs")) for r in role.get("rules", [])]
+
+
+def probes_ok(where, c, paths):
+    for probe, path in paths.items():
+        got = (c.get(probe) or {}).get("httpGet", {}).get("path")
+        if got != path:
+            fail(f"{where}: {probe} path is {got!r}, want {path!r}")
+
+
+def pod_of(where, docs, suffix):
+    """The pod spec of the one Deployment whose name ends with suffix, or None (a failure)."""
+    deps = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(suffix)]
+    if len(deps) != 1:
+        fail(f"{where}: want one Deployment named *{suffix}, found {len(deps)}")
+        return None
+    return deps[0]["spec"]["template"]["spec"]
+
+
+def check_operator(where, docs):
+    pod = pod_of(where, docs, "-operator")
+    if pod is None:
+        return
+    c = pod["containers"][0]
+    if c.get("command") != ["/usr/local/bin/droid-pool-operator"]:
+        fail(f"{where}: operator command is {c.get('command')}")
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
+    if env.get("POD_NAMESPACE") != "metadata.namespace" or env.get("POD_NAME") != "metadata.name":
+        fail(f"{where}: POD_NAMESPACE/POD_NAME must come from the downward API, got {env}")
+    probes_ok(where + " operator", c, {"livenessProbe": "/livez", "readinessProbe": "/readyz"})
+    sc = c.get("securityContext", {})
+    if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem")
+            and sc.get("allowPrivilegeEscalation") is False):
+        fail(f"{where}: operator container is not locked down: {sc}")
+
+
+def check_rbac(where, docs):
+    # The operator's rules are a ClusterRole, or a Role when it watches one namespace.
+    crs = [d for d in docs if d["kind"] == "ClusterRole"]
+    leases = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
+    scoped = [d for d in docs if d["kind"] == "Role" and d not in leases]
+    ops = crs + scoped
+    operator_rules, lease_rules = reference_rules()
+    if len(ops) != 1 or normalized(rules_of(ops[0])) != operator_rules:
+        fail(f"{where}: the operator's role differs from {CLUSTERROLE}: "
+             f"{[rules_of(c) for c in ops]}")
+    if len(leases) != 1 or normalized(rules_of(leases[0])) != lease_rules:
+        fail(f"{where}: the leader-election Role differs from {CLUSTERROLE}: {[rules_of(r) for r in leases]}")
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"], b.get("metadata", {}).get("namespace")) for b in bindings}
+    for d in ops + leases:
+        ns = d["metadata"].get("namespace") if d["kind"] == "Role" else None
+        if (d["kind"], d["metadata"]["name"], ns) not in bound:
+            fail(f"{where}: {d['kind']}/{d['metadata']['name']} is bound by nothing in its namespace")
+    for d in ops + leases:
+        for groups, resources, verbs in rules_of(d):
+            if "*" in groups + resources + verbs:
+                fail(f"{where}: wildcard in {d['kind']}/{d['metadata']['name']}")
+
+
+def check_sidecar(where, docs):
+    pod = pod_of(where, docs, "-sidecar-example")
+    if pod is None:
+        return
+    inits = pod.get("initContainers", [])
+    if len(inits) != 1:
+        fail(f"{where}: want one init container (the sidecar), found {len(inits)}")
+        return
+    c = inits[0]
+    if c.get("restartPolicy") != "Always":
+        fail(f"{where}: the sidecar is not native (restartPolicy {c.get('restartPolicy')!r})")
+    probes_ok(where + " sidecar", c,
+              {"startupProbe": "/startupz", "livenessProbe": "/livez", "readinessProbe": "/readyz"})
+    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+    cfg = mounts.get("/etc/droid-pool")
+    if not cfg or "subPath" in cfg:
+        fail(f"{where}: the config must be mounted at /etc/droid-pool without subPath (hot reload)")
+    if "/var/run/droid-pool/server" not in mounts:
+        fail(f"{where}: the server password Secret is not at /var/run/droid-pool/server")
+    if not c.get("resources", {}).get("requests"):
+        fail(f"{where}: the sidecar has no resource requests")
+    if "terminationGracePeriodSeconds" not in pod:
+        fail(f"{where}: the example sets no terminationGracePeriodSeconds")
+
+
+def check_monitors(where, docs):
+    with open(RULES) as f:
+        rules = yaml.safe_load(f)
+    for d in docs:
+        if d["kind"] == "PrometheusRule" and d["spec"] != rules:
+            fail(f"{where}: PrometheusRule {d['metadata']['name']} differs from {RULES}")
+        if d["kind"] == "ServiceMonitor":
+            eps = d["spec"].get("endpoints", [])
+            if not d["spec"].get("selector", {}).get("matchLabels") or [e.get("port") for e in eps] != ["metrics"]:
+                fail(f"{where}: ServiceMonitor {d['metadata']['name']} does not select the metrics port")
+        if d["kind"] == "PodMonitor":
+            eps = d["spec"].get("podMetricsEndpoints", [])
+            if not d["spec"].get("selector", {}).get("matchLabels") or \
+                    [e.get("port") for e in eps] not in (["admin"], ["pooler-admin"]) or \
+                    any(e.get("path") != "/metrics" for e in eps):
+                fail(f"{where}: PodMonitor {d['metadata']['name']} does not scrape the admin port's /metrics")
+
+
+def chart(render_dir):
+    renders = load_dir(render_dir)
+    if not renders:
+        fail(f"{render_dir}: no rendered chart")
+    for name, docs in renders.items():
+        where = f"{render_dir}/{name}"
+        has_operator = any(d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator") for d in docs)
+        if has_operator:
+            check_operator(where, docs)
+        if any(d["kind"] in ("ClusterRole", "Role") for d in docs):
+            check_rbac(where, docs)
+        if "sidecar-example" in name:
+            check_sidecar(where, docs)
+        check_monitors(where, docs)
+        if name.startswith("default") and not has_operator:
+            fail(f"{where}: the default values render no operator")
+
+
+def chaos(files):
+    for path in files:
+        for d in load(path):
+            if d.get("kind") != "NetworkChaos":
+                continue
+            s = d["spec"]
+            got = (s.get("action"), s.get("direction"), s.get("duration"))
+            if got != ("partition", "to", "20s"):
+                fail(f"{path}: want action partition, direction to, duration 20s; got {got}")
+            if not (s.get("target") or s.get("externalTargets")):
+                fail(f"{path}: no target and no externalTargets")
+
+
+def extract(path, outdir):
+    cms = [d for d in load(path) if d["kind"] == "ConfigMap"]
+    if len(cms) != 1:
+        fail(f"{path}: want one ConfigMap")
+        return
+    for key in ("networkpolicy.yaml", "run.sh"):
+        if key not in cms[0]["data"]:
+            fail(f"{path}: ConfigMap has no {key}")
+            continue
+        with open(os.path.join(outdir, key), "w") as f:
+            f.write(cms[0]["data"][key])
+
+
+def dockerfile(path, bins):
+    with open(path) as f:
+        lines = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+    stages = [i for i, l in enumerate(lines) if l.upper().startswith("FROM ")]
+    if len(stages) < 2:
+        fail(f"{path}: not multi-stage")
+        return
+    final = lines[stages[-1]:]
+    text = "\n".join(lines)
+    for binary in ("droid-pool", "droid-pool-operator"):
+        if f"--bin {binary}" not in text or f"/usr/local/bin/{binary}" not in text \
+                and not any(l.startswith("COPY") and binary in l and "/usr/local/bin/" in l for l in final):
+            fail(f"{path}: {binary} is not built and copied to /usr/local/bin")
+    for want in ("STOPSIGNAL SIGTERM", 'ENTRYPOINT ["/usr/local/bin/droid-pool"]'):
+        if want not in final:
+            fail(f"{path}: the runtime stage lacks {want!r}")
+    exposed = {p for l in final if l.startswith("EXPOSE") for p in l.split()[1:]}
+    if not {"6432", "9127"} <= exposed:
+        fail(f"{path}: EXPOSE {sorted(exposed)} lacks 6432 or 9127")
+    users = [l.split()[1] for l in final if l.startswith("USER")]
+    if not users or not users[-1].split(":")[0].isdigit() or users[-1].split(":")[0] == "0":
+        fail(f"{path}: the runtime stage must end with a numeric non-root USER, got {users}")
+    if any(l.startswith(("RUN", "SHELL")) for l in final):
+        fail(f"{path}: the runtime stage runs commands (it has no shell)")
+    # Every --bin the build asks for must be a bin target of the package (cargo metadata).
+    # droid-pool-operator comes with the operator (issue 8): tolerated only while src/operator/
+    # does not exist yet, i.e. before that branch is merged.
+    asked = [w for i, w in enumerate(text.split()) if i and text.split()[i - 1] == "--bin"]
+    for b in asked:
+        if b in bins:
+            continue
+        if b == "droid-pool-operator" and not os.path.isdir("src/operator"):
+            print(f"NOTE  {path}: bin {b} is not in this tree yet (the operator branch adds it)")
+            continue
+        fail(f"{path}: --bin {b} is not a bin target of Cargo.toml ({bins})")
+
+
+VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def can_i():
+    """What the operator's ServiceAccount may and may not do: every verb of every rule of
+    CLUSTERROLE (the Lease only in the release namespace), and none of the other verbs."""
+    operator_rules, lease_rules = reference_rules()
+    for rules, ns in ((operator_rules, "apps"), (lease_rules, "droid-pool-system")):
+        for groups, resources, verbs in rules:
+            for group in groups:
+                for res in resources:
+                    name, _, sub = res.partition("/")
+                    full = f"{name}.{group}" if group else name
+                    extra = f" --subresource={sub}" if sub else ""
+                    for verb in VERBS:
+                        print("yes" if verb in verbs else "no", ns, verb, full + extra)
+    for groups, resources, verbs in lease_rules:
+        for verb in verbs:
+            print("no apps", verb, "leases.coordination.k8s.io")
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
+     "extract": lambda: extract(args[0], args[1]),
+     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i}[cmd]()
+    for f in failures:
+        print(f"FAIL {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

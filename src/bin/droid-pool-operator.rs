@@ -1,0 +1,157 @@
+//! `droid-pool-operator`: prints the CRD (`crd`) or runs the controller (`run`, the default).
+//! The only place of this binary where exit codes are decided.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use droid_pool::operator::leader::LeaseConfig;
+use droid_pool::operator::run::{run, RunOptions};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "droid-pool-operator",
+    version,
+    about = "Kubernetes operator for droid-pool"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the PoolConfig CustomResourceDefinition as YAML.
+    Crd,
+    /// Run the controller (the default).
+    Run,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Address of /metrics, /livez and /readyz.
+    #[arg(
+        long,
+        env = "METRICS_ADDR",
+        default_value = "0.0.0.0:8080",
+        global = true
+    )]
+    metrics_addr: SocketAddr,
+    /// Watch PoolConfigs in this namespace only (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE", global = true)]
+    namespace: Option<String>,
+    /// Namespace of the leader Lease (default: the kubeconfig's namespace).
+    #[arg(long, env = "POD_NAMESPACE", global = true)]
+    lease_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "droid-pool-operator", global = true)]
+    lease_name: String,
+    /// This replica's identity in the Lease and in Events (default: the host name).
+    #[arg(long, env = "POD_NAME", global = true)]
+    identity: Option<String>,
+    /// Run without leader election (only ever one replica).
+    #[arg(long, global = true)]
+    no_leader_election: bool,
+    /// Log lines as JSON.
+    #[arg(long, env = "LOG_JSON", global = true)]
+    log_json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Crd) => match droid_pool::operator::crd_yaml() {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cannot print the CRD: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Command::Run) | None => serve(cli.run),
+    }
+}
+
+fn serve(args: RunArgs) -> ExitCode {
+    init_logging(args.log_json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(controller(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "operator stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn controller(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let identity = args.identity.clone().unwrap_or_else(hostname);
+    let lease = (!args.no_leader_election).then(|| {
+        let ns = args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        LeaseConfig::new(ns, args.lease_name.clone(), identity.clone())
+    });
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+    let opts = RunOptions {
+        metrics_addr: args.metrics_addr,
+        namespace: args.namespace,
+        lease,
+        instance: Some(identity),
+    };
+    run(client, opts, shutdown, |_| {}).await?;
+    Ok(())
+}
+
+/// SIGTERM or SIGINT cancels the token: the controller drains its work and releases the Lease.
+/// (The controller's own `shutdown_on_signal` is not used: one token drives everything.)
+fn spawn_signal_handler(shutdown: CancellationToken) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("droid-pool-operator-{}", std::process::id()))
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,154 @@
+//! The controller's wiring: which watches trigger a reconciliation (PoolConfigs, the
+//! ConfigMaps and Deployments they own, and the pods their sidecar selectors count) and the
+//! graceful shutdown that lets reconciliations in flight finish.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::Api;
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+
+use tokio_util::sync::CancellationToken;
+
+use super::crd::{PoolConfig, Target};
+use super::metrics::Metrics;
+use super::observe;
+use super::reconcile::{error_policy, reconcile, Context};
+
+/// The controller's name in Events (`reportingController`) and logs.
+pub const CONTROLLER_NAME: &str = "droid-pool-operator";
+/// The label selector of the objects the operator renders (see `render::labels`).
+const OWNED_SELECTOR: &str = "app.kubernetes.io/managed-by=droid-pool-operator";
+
+/// Builds the reconcile context: discovers the PodDisruptionBudget API once.
+pub async fn context(
+    client: Client,
+    metrics: Arc<Metrics>,
+    instance: Option<String>,
+) -> Result<Arc<Context>, kube::Error> {
+    let pdb = observe::pdb_resource(&client).await?;
+    tracing::info!(api_version = %pdb.api_version, "PodDisruptionBudget API");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance,
+        },
+    );
+    Ok(Arc::new(Context::new(client, recorder, metrics, pdb)))
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// How long in-flight reconciliations may run after shutdown before they are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs the controller over `namespace` (all when `None`) until `shutdown` is cancelled; then
+/// it stops taking new work and waits (up to `SHUTDOWN_GRACE`) for reconciliations in flight.
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
+    let wc = watcher::Config::default();
+    let owned = watcher::Config::default().labels(OWNED_SELECTOR);
+    let controller = Controller::new(api::<PoolConfig>(&client, namespace), wc.clone());
+    let store = controller.store();
+    let mapper_store = store.clone();
+    let work = controller
+        .owns(api::<ConfigMap>(&client, namespace), owned.clone())
+        .owns(api::<Deployment>(&client, namespace), owned)
+        .watches(api::<Pod>(&client, namespace), wc, move |pod| {
+            sidecar_owners(&mapper_store.state(), &pod)
+        })
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile attempt failed"),
+            }
+        });
+    tokio::select! {
+        () = work => {}
+        () = async {
+            shutdown.cancelled().await;
+            // kube-runtime holds its runner until the store's first list completes, and a
+            // graceful shutdown stops that list: stopping before then would wait forever.
+            // Nothing can be in flight yet, so stop at once.
+            if store.wait_until_ready().now_or_never().is_none() {
+                return;
+            }
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "reconciliations still running; dropping them");
+        } => {}
+    }
+    tracing::info!("controller stopped");
+}
+
+/// The PoolConfigs whose sidecar pod selector selects `pod`: a pod appearing, finishing or
+/// going away changes their budget split.
+pub fn sidecar_owners(pcs: &[Arc<PoolConfig>], pod: &Pod) -> Vec<ObjectRef<PoolConfig>> {
+    let labels = pod.labels();
+    pcs.iter()
+        .filter(|pc| pc.namespace() == pod.namespace())
+        .filter(|pc| match &pc.spec.target {
+            Target::Sidecar(t) => t.pod_selector.as_ref().is_some_and(|sel| {
+                Selector::try_from(sel.clone()).is_ok_and(|s| s.matches(labels))
+            }),
+            Target::Deployment(_) => false,
+        })
+        .map(|pc| ObjectRef::from_obj(pc.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pc(name: &str, ns: &str, target: serde_json::Value) -> Arc<PoolConfig> {
+        let spec = serde_json::json!({"poolSize": 1, "server": {"host": "db"}, "target": target});
+        let mut pc = PoolConfig::new(name, serde_json::from_value(spec).unwrap());
+        pc.metadata.namespace = Some(ns.into());
+        Arc::new(pc)
+    }
+
+    fn pod(ns: &str, app: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p
+    }
+
+    #[test]
+    fn pods_map_to_the_sidecar_configs_that_select_them() {
+        let web = serde_json::json!({"sidecar": {"configMapName": "c",
+            "podSelector": {"matchLabels": {"app": "web"}}}});
+        let all = serde_json::json!({"sidecar": {"configMapName": "c"}});
+        let dep = serde_json::json!({"deployment": {}});
+        let pcs = [
+            pc("a", "shop", web.clone()),
+            pc("b", "other", web),
+            pc("c", "shop", all),
+            pc("d", "shop", dep),
+        ];
+        let hit = sidecar_owners(&pcs, &pod("shop", "web"));
+        assert_eq!(hit.len(), 1);
+        assert_eq!(hit[0].name, "a");
+        assert!(sidecar_owners(&pcs, &pod("shop", "api")).is_empty());
+    }
+}

@@ -1,0 +1,147 @@
+//! What the reconciler reads from the cluster before rendering: how many poolers share the
+//! budget, whether the referenced Secrets exist, and which PodDisruptionBudget API the server
+//! serves.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, Selector};
+use kube::{Client, ResourceExt};
+
+use super::crd::{DeploymentTarget, PoolConfig, SidecarTarget, Target};
+
+/// Why the poolers could not be counted.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The spec's pod selector is not a valid label selector (a spec error, not a retry).
+    #[error("spec.target.sidecar.podSelector: {0}")]
+    Selector(String),
+}
+
+/// Counts the poolers of `pc`.
+///
+/// Deployment: `max(desired, existing)` replicas, so while a scale-down still has old pods
+/// running the total stays within the budget. Sidecars: the selected pods that are neither
+/// finished nor being deleted (1 without a selector).
+pub async fn poolers(client: &Client, ns: &str, pc: &PoolConfig) -> Result<u32, ObserveError> {
+    match &pc.spec.target {
+        Target::Deployment(t) => Ok(deployed(client, ns, pc, t).await?),
+        Target::Sidecar(t) => sidecars(client, ns, t).await,
+    }
+}
+
+async fn deployed(
+    client: &Client,
+    ns: &str,
+    pc: &PoolConfig,
+    t: &DeploymentTarget,
+) -> Result<u32, kube::Error> {
+    let live = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(&pc.name_any())
+        .await?;
+    let live_desired = live.as_ref().and_then(|d| d.spec.as_ref()?.replicas);
+    let existing = live
+        .as_ref()
+        .and_then(|d| d.status.as_ref()?.replicas)
+        .unwrap_or(0);
+    let desired = t.replicas.or(live_desired).unwrap_or(1);
+    Ok(u32::try_from(desired.max(existing)).unwrap_or(0))
+}
+
+async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<u32, ObserveError> {
+    let Some(selector) = &t.pod_selector else {
+        return Ok(1);
+    };
+    let selector =
+        Selector::try_from(selector.clone()).map_err(|e| ObserveError::Selector(e.to_string()))?;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector.to_string()))
+        .await?;
+    let running = pods.items.iter().filter(|p| counts(p)).count();
+    Ok(u32::try_from(running).unwrap_or(u32::MAX))
+}
+
+/// A pod that holds (or will hold) server connections.
+fn counts(pod: &Pod) -> bool {
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    pod.metadata.deletion_timestamp.is_none() && !finished
+}
+
+/// A Secret the spec names that is not there (or lacks the key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingSecret {
+    pub message: String,
+}
+
+/// Checks the Secrets the pooler pods will mount; their values are never read into the
+/// operator's logs, events or status.
+pub async fn missing_secret(
+    client: &Client,
+    ns: &str,
+    pc: &PoolConfig,
+) -> Result<Option<MissingSecret>, kube::Error> {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let mut wanted = Vec::new();
+    if let Some(r) = &pc.spec.server.password_secret {
+        wanted.push((
+            r.name.clone(),
+            Some(r.key.clone()),
+            "spec.server.passwordSecret",
+        ));
+    }
+    if let Some(name) = pc
+        .spec
+        .client_auth
+        .as_ref()
+        .and_then(|a| a.passwords_secret.clone())
+    {
+        wanted.push((name, None, "spec.clientAuth.passwordsSecret"));
+    }
+    for (name, key, field) in wanted {
+        let Some(secret) = api.get_opt(&name).await? else {
+            return Ok(Some(MissingSecret {
+                message: format!("{field}: Secret {ns}/{name} not found"),
+            }));
+        };
+        if let Some(key) = key {
+            let has = secret.data.as_ref().is_some_and(|d| d.contains_key(&key))
+                || secret
+                    .string_data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(&key));
+            if !has {
+                return Ok(Some(MissingSecret {
+                    message: format!("{field}: Secret {ns}/{name} has no key {key:?}"),
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The PodDisruptionBudget resource: `policy/v1` where served (Kubernetes 1.21+), else
+/// `policy/v1beta1` (1.20 and older, such as the test API server).
+pub async fn pdb_resource(client: &Client) -> Result<ApiResource, kube::Error> {
+    let served_v1 = match client.list_api_group_resources("policy/v1").await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|r| r.name == "poddisruptionbudgets"),
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => return Err(e),
+    };
+    let version = if served_v1 { "v1" } else { "v1beta1" };
+    Ok(ApiResource {
+        group: "policy".into(),
+        version: version.into(),
+        api_version: format!("policy/{version}"),
+        kind: "PodDisruptionBudget".into(),
+        plural: "poddisruptionbudgets".into(),
+    })
+}

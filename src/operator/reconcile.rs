@@ -1,0 +1,298 @@
+//! One reconciliation of a PoolConfig: count the poolers, check the Secrets, render, apply
+//! the owned objects with server-side apply under one field manager, then publish status and
+//! Events. Spec errors and missing Secrets become conditions (no error, no crash loop); API
+//! errors return `Err` and are retried with backoff by `error_policy`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use thiserror::Error;
+
+use super::crd::{PoolConfig, PoolConfigStatus, Target};
+use super::deploy::{self, apply};
+use super::metrics::Metrics;
+use super::observe::{self, ObserveError};
+use super::render::{self, Rendered};
+use super::status::{self, Verdict, CONFIG_RENDERED, DEGRADED, READY};
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "droid-pool-operator";
+/// A healthy PoolConfig is looked at again this often even without a watch event.
+const RESYNC: Duration = Duration::from_secs(300);
+/// A missing Secret is checked again this often (it may be created any time).
+const SECRET_RETRY: Duration = Duration::from_secs(5);
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+const BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {}", describe(.0))]
+    Kube(#[from] kube::Error),
+    #[error("PoolConfig {0} has no namespace or uid yet")]
+    Unstored(String),
+    #[error("cannot encode the PodDisruptionBudget: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// An API error's own message and code (its Debug form would fill an Event with noise).
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
+impl Error {
+    /// A bounded label for the failures metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::Unstored(_) => "unstored",
+            Error::Encode(_) => "encode",
+        }
+    }
+}
+
+/// What every reconciliation needs.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// The PodDisruptionBudget API this server serves.
+    pub pdb: ApiResource,
+    /// Consecutive failures per PoolConfig, for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        pdb: ApiResource,
+    ) -> Self {
+        Context {
+            client,
+            recorder,
+            metrics,
+            pdb,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts a failure of `key` and returns the delay before its retry: capped exponential.
+    pub fn next_retry(&self, key: &str) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(key.to_owned()).or_insert(0);
+        let delay = crate::resilience::backoff::ceiling(BACKOFF_BASE, BACKOFF_CAP, *n);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    fn forget_failures(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// The key of `pc` in the backoff table.
+pub fn key(pc: &PoolConfig) -> String {
+    format!("{}/{}", pc.namespace().unwrap_or_default(), pc.name_any())
+}
+
+/// The controller's reconcile function.
+pub async fn reconcile(pc: Arc<PoolConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = converge(&pc, &ctx).await;
+    ctx.metrics.observe(
+        started.elapsed(),
+        result.as_ref().err().map(Error::metric_label),
+    );
+    match &result {
+        Ok(_) => ctx.forget_failures(&key(&pc)),
+        Err(e) => {
+            // Best effort: the API server may be the thing that fails.
+            let v = Verdict::new(DEGRADED, true, "ApplyFailed", e.to_string());
+            if let Err(e2) = publish(&pc, &ctx, std::slice::from_ref(&v), None).await {
+                tracing::debug!(error = %e2, "cannot record the failure in status");
+            }
+            event(&ctx, &pc, EventType::Warning, &v).await;
+        }
+    }
+    result
+}
+
+/// Requeue with per-object capped exponential backoff.
+pub fn error_policy(pc: Arc<PoolConfig>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.next_retry(&key(&pc));
+    tracing::warn!(poolconfig = %key(&pc), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
+    let (Some(ns), Some(_)) = (pc.namespace(), pc.uid()) else {
+        return Err(Error::Unstored(pc.name_any()));
+    };
+    let poolers = match observe::poolers(&ctx.client, &ns, pc).await {
+        Ok(n) => n,
+        Err(ObserveError::Selector(m)) => return not_rendered(pc, ctx, "InvalidSpec", m).await,
+        Err(ObserveError::Kube(e)) => return Err(e.into()),
+    };
+    if let Some(missing) = observe::missing_secret(&ctx.client, &ns, pc).await? {
+        not_rendered(pc, ctx, "SecretNotFound", missing.message).await?;
+        return Ok(Action::requeue(SECRET_RETRY));
+    }
+    let rendered = match render::render(&pc.spec, poolers) {
+        Ok(r) => r,
+        Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
+    };
+    let cm_name = config_map_name(pc);
+    let cm = render::config_map(pc, &cm_name, &rendered).ok_or(Error::Unstored(pc.name_any()))?;
+    apply(
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns),
+        &cm_name,
+        &cm,
+    )
+    .await?;
+    let ready = match &pc.spec.target {
+        Target::Sidecar(_) => {
+            deploy::undeploy(pc, ctx, &ns).await?;
+            Verdict::new(
+                READY,
+                true,
+                "ConfigPublished",
+                format!(
+                    "ConfigMap {cm_name} holds the config; sidecars reload it without restarting"
+                ),
+            )
+        }
+        Target::Deployment(t) => deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?,
+    };
+    let (rendered_v, degraded) = rendered_verdicts(&rendered);
+    let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
+    publish(
+        pc,
+        ctx,
+        &[ready, rendered_v.clone(), degraded.clone()],
+        Some(&rendered),
+    )
+    .await?;
+    if changed {
+        let updated = Verdict::new(CONFIG_RENDERED, true, "ConfigUpdated", rendered_v.message);
+        event(ctx, pc, EventType::Normal, &updated).await;
+    }
+    if degraded.status {
+        event(ctx, pc, EventType::Warning, &degraded).await;
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// `ConfigRendered` and `Degraded` for a config that rendered and was applied.
+fn rendered_verdicts(rendered: &Rendered) -> (Verdict, Verdict) {
+    let s = rendered.sizing;
+    let rendered_v = Verdict::new(
+        CONFIG_RENDERED,
+        true,
+        "Rendered",
+        format!(
+            "pool size {} for {} pooler(s), config {}",
+            s.pool_size, s.poolers, rendered.hash
+        ),
+    );
+    let degraded = if s.over_budget {
+        Verdict::new(
+            DEGRADED,
+            true,
+            "BudgetExceeded",
+            format!(
+                "maxServerConnections is below the {} poolers: each keeps 1 connection",
+                s.poolers
+            ),
+        )
+    } else {
+        Verdict::new(DEGRADED, false, "AsExpected", "no problem found".into())
+    };
+    (rendered_v, degraded)
+}
+
+/// The ConfigMap's name: the sidecar target names it; a deployment's is `<name>-config`.
+pub fn config_map_name(pc: &PoolConfig) -> String {
+    match &pc.spec.target {
+        Target::Sidecar(t) => t.config_map_name.clone(),
+        Target::Deployment(_) => format!("{}-config", pc.name_any()),
+    }
+}
+
+/// Records a spec or Secret problem: nothing is applied until it is fixed.
+async fn not_rendered(
+    pc: &PoolConfig,
+    ctx: &Context,
+    reason: &'static str,
+    message: String,
+) -> Result<Action, Error> {
+    let verdicts = [
+        Verdict::new(READY, false, reason, message.clone()),
+        Verdict::new(CONFIG_RENDERED, false, reason, message.clone()),
+        Verdict::new(DEGRADED, true, reason, message),
+    ];
+    publish(pc, ctx, &verdicts, None).await?;
+    event(ctx, pc, EventType::Warning, &verdicts[1]).await;
+    // A spec error waits for a spec change (the watch brings it).
+    Ok(Action::await_change())
+}
+
+async fn publish(
+    pc: &PoolConfig,
+    ctx: &Context,
+    verdicts: &[Verdict],
+    rendered: Option<&Rendered>,
+) -> Result<(), Error> {
+    let old = pc.status.clone().unwrap_or_default();
+    let generation = pc.metadata.generation;
+    let status = PoolConfigStatus {
+        observed_generation: generation,
+        config_hash: rendered.map(|r| r.hash.clone()).or(old.config_hash),
+        applied_pool_size: rendered
+            .map(|r| r.sizing.pool_size)
+            .or(old.applied_pool_size),
+        replicas: rendered.map(|r| r.sizing.poolers).or(old.replicas),
+        conditions: status::conditions(&old.conditions, verdicts, generation, Timestamp::now()),
+    };
+    let api =
+        Api::<PoolConfig>::namespaced(ctx.client.clone(), &pc.namespace().unwrap_or_default());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(
+        &pc.name_any(),
+        &params,
+        &Patch::Apply(status::patch(&status)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Publishes an Event about `pc`; a failure to do so is logged, never fatal.
+pub(super) async fn event(ctx: &Context, pc: &PoolConfig, type_: EventType, v: &Verdict) {
+    let ev = Event {
+        type_,
+        reason: v.reason.into(),
+        note: Some(v.message.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &pc.object_ref(&())).await {
+        tracing::warn!(error = %e, "cannot publish event");
+    }
+}

@@ -1,0 +1,266 @@
+//! Pure rendering: a `PoolConfig` spec and what was observed in the cluster (how many poolers
+//! share the budget) become the pooler's own typed `Config`, its YAML and hashes, and the
+//! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
+
+mod objects;
+#[cfg(test)]
+mod tests;
+
+pub use objects::{
+    config_map, deployment, labels, pdb, service, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR,
+    CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+};
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::crd::{self, PoolConfigSpec, Target};
+use crate::config::{self, Config};
+
+/// Why a spec cannot be rendered; each message names the field to fix.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RenderError {
+    #[error("set exactly one of spec.poolSize and spec.maxServerConnections")]
+    PoolSizeChoice,
+    #[error("{field}: {value:?} is not a duration such as 30s, 250ms or 1m30s")]
+    Duration { field: &'static str, value: String },
+    #[error(
+        "spec.maxServerConnections with a sidecar target needs spec.target.sidecar.podSelector \
+         to count the pods that share the budget"
+    )]
+    BudgetWithoutSelector,
+    #[error(
+        "spec.clientAuth.method trust on a deployment listens on the pod network: set \
+         spec.clientAuth.allowTrustOnNetwork: true or use md5 / scram-sha-256"
+    )]
+    TrustOnNetwork,
+    #[error("spec.clientAuth.method {0} on a deployment needs spec.clientAuth.passwordsSecret")]
+    PasswordsSecretMissing(&'static str),
+    #[error("the rendered pooler config is invalid: {0}")]
+    Config(String),
+}
+
+/// The per-pooler pool size and how it was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// `pool.size` in each pooler's config.
+    pub pool_size: u32,
+    /// Poolers the budget was split over (at least 1).
+    pub poolers: u32,
+    /// The budget is smaller than the number of poolers, so 1 each exceeds it.
+    pub over_budget: bool,
+}
+
+/// The pool size for `poolers` poolers: `poolSize` as given, or `floor(budget / poolers)` but
+/// at least 1 (a pooler without a server connection serves nobody).
+pub fn sizing(spec: &PoolConfigSpec, poolers: u32) -> Result<Sizing, RenderError> {
+    let poolers = poolers.max(1);
+    match (spec.pool_size, spec.max_server_connections) {
+        (Some(size), None) if size >= 1 => Ok(Sizing {
+            pool_size: size,
+            poolers,
+            over_budget: false,
+        }),
+        (None, Some(budget)) if budget >= 1 => Ok(Sizing {
+            pool_size: (budget / poolers).max(1),
+            poolers,
+            over_budget: poolers > budget,
+        }),
+        _ => Err(RenderError::PoolSizeChoice),
+    }
+}
+
+/// The rendered pooler configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub config: Config,
+    /// What the ConfigMap holds under `CONFIG_KEY`.
+    pub yaml: String,
+    /// FNV-1a 64 of `yaml`, hex: the status' `configHash`.
+    pub hash: String,
+    /// Hash of the settings a pooler reads only at start (listen and admin addresses and
+    /// ports): the pod template's annotation, so only they roll the pods.
+    pub restart_checksum: String,
+    pub sizing: Sizing,
+}
+
+/// Validates the spec and renders the pooler config for `poolers` poolers.
+pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderError> {
+    let sizing = sizing(spec, poolers)?;
+    let config = pooler_config(spec, sizing.pool_size)?;
+    config
+        .validate()
+        .map_err(|e| RenderError::Config(e.to_string()))?;
+    let yaml = serde_yaml::to_string(&config).map_err(|e| RenderError::Config(e.to_string()))?;
+    let restart_only = (
+        &config.listen,
+        config.admin.addr,
+        config.admin.port,
+        &config.server.password_file,
+        &config.auth.passwords_dir,
+    );
+    let restart_yaml =
+        serde_yaml::to_string(&restart_only).map_err(|e| RenderError::Config(e.to_string()))?;
+    Ok(Rendered {
+        hash: fnv1a_hex(yaml.as_bytes()),
+        restart_checksum: fnv1a_hex(restart_yaml.as_bytes()),
+        config,
+        yaml,
+        sizing,
+    })
+}
+
+/// FNV-1a 64 as 16 hex digits: stable across Rust releases (unlike `DefaultHasher`), so an
+/// operator upgrade alone never changes a hash and never rolls pods.
+pub fn fnv1a_hex(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn duration(field: &'static str, value: &Option<String>) -> Result<Option<Duration>, RenderError> {
+    value
+        .as_deref()
+        .map(|v| {
+            humantime::parse_duration(v).map_err(|_| RenderError::Duration {
+                field,
+                value: v.to_owned(),
+            })
+        })
+        .transpose()
+}
+
+/// The pooler's typed config for this spec: the defaults, overridden by what the spec sets.
+pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, RenderError> {
+    let deployed = matches!(spec.target, Target::Deployment(_));
+    if let (Target::Sidecar(s), Some(_)) = (&spec.target, spec.max_server_connections) {
+        if s.pod_selector.is_none() {
+            return Err(RenderError::BudgetWithoutSelector);
+        }
+    }
+    let mut c = Config::default();
+    // Sidecars serve their own pod over loopback; deployed poolers serve the pod network.
+    // The admin port always listens on all addresses: the kubelet probes it from outside.
+    c.listen.addr = if deployed {
+        IpAddr::from([0, 0, 0, 0])
+    } else {
+        IpAddr::from([127, 0, 0, 1])
+    };
+    c.admin.addr = IpAddr::from([0, 0, 0, 0]);
+    c.log.format = config::LogFormat::Json;
+    c.pool.size = pool_size as usize;
+    c.pool.mode = match spec.mode {
+        crd::Mode::Session => config::PoolMode::Session,
+        crd::Mode::Transaction => config::PoolMode::Transaction,
+        crd::Mode::Statement => config::PoolMode::Statement,
+    };
+    c.pool.track_prepared = spec.track_prepared;
+    if let Some(n) = spec.max_client_connections {
+        c.client.max_connections = n as usize;
+    }
+    if let Some(d) = duration("spec.queryWaitTimeout", &spec.query_wait_timeout)? {
+        c.pool.query_wait_timeout = d;
+    }
+    server(&mut c, &spec.server);
+    client_auth(&mut c, spec.client_auth.as_ref(), deployed)?;
+    resilience(&mut c, spec)?;
+    let drain = spec.drain.clone().unwrap_or_default();
+    c.drain.mode = match (drain.mode, deployed) {
+        (Some(crd::DrainMode::WaitForClients), _) | (None, false) => {
+            config::DrainMode::WaitForClients
+        }
+        (Some(crd::DrainMode::TransactionBoundary), _) | (None, true) => {
+            config::DrainMode::TransactionBoundary
+        }
+    };
+    if let Some(d) = duration("spec.drain.timeout", &drain.timeout)? {
+        c.drain.timeout = d;
+    }
+    Ok(c)
+}
+
+fn server(c: &mut Config, s: &crd::ServerSpec) {
+    c.server.host = s.host.clone();
+    c.server.port = s.port;
+    c.server.database = s.database.clone();
+    c.server.user = s.user.clone();
+    // The Secret is mounted as a file; the password never enters the ConfigMap.
+    c.server.password_file = s
+        .password_secret
+        .as_ref()
+        .map(|r| PathBuf::from(SERVER_PASSWORD_DIR).join(&r.key));
+}
+
+fn client_auth(
+    c: &mut Config,
+    auth: Option<&crd::ClientAuthSpec>,
+    deployed: bool,
+) -> Result<(), RenderError> {
+    let default_method = if deployed {
+        crd::AuthMethod::ScramSha256
+    } else {
+        crd::AuthMethod::Trust
+    };
+    let method = auth.and_then(|a| a.method).unwrap_or(default_method);
+    let allow_trust = auth.is_some_and(|a| a.allow_trust_on_network);
+    let has_passwords = auth.is_some_and(|a| a.passwords_secret.is_some());
+    c.auth.allow_trust_on_network = allow_trust;
+    c.auth.method = match method {
+        crd::AuthMethod::Trust => config::AuthMethod::Trust,
+        crd::AuthMethod::Md5 => config::AuthMethod::Md5,
+        crd::AuthMethod::ScramSha256 => config::AuthMethod::ScramSha256,
+    };
+    match method {
+        crd::AuthMethod::Trust if deployed && !allow_trust => Err(RenderError::TrustOnNetwork),
+        crd::AuthMethod::Trust => Ok(()),
+        crd::AuthMethod::Md5 | crd::AuthMethod::ScramSha256 => {
+            if deployed && !has_passwords {
+                let name = if method == crd::AuthMethod::Md5 {
+                    "md5"
+                } else {
+                    "scram-sha-256"
+                };
+                return Err(RenderError::PasswordsSecretMissing(name));
+            }
+            // Sidecars mount the passwords Secret at the same path themselves.
+            c.auth.passwords_dir = Some(PathBuf::from(CLIENT_PASSWORDS_DIR));
+            Ok(())
+        }
+    }
+}
+
+fn resilience(c: &mut Config, spec: &PoolConfigSpec) -> Result<(), RenderError> {
+    let retry = spec.retry.clone().unwrap_or_default();
+    if let Some(d) = duration("spec.retry.backoffBase", &retry.backoff_base)? {
+        c.backoff.base = d;
+    }
+    if let Some(d) = duration("spec.retry.backoffCap", &retry.backoff_cap)? {
+        c.backoff.cap = d;
+    }
+    if let Some(p) = retry.budget_percent {
+        c.retry_budget.percent = f64::from(p);
+    }
+    if let Some(d) = duration("spec.retry.budgetWindow", &retry.budget_window)? {
+        c.retry_budget.window = d;
+    }
+    let breaker = spec.breaker.clone().unwrap_or_default();
+    if let Some(n) = breaker.consecutive_failures {
+        c.breaker.consecutive_failures = n;
+    }
+    if let Some(p) = breaker.failure_percent {
+        c.breaker.failure_ratio = f64::from(p) / 100.0;
+    }
+    if let Some(d) = duration("spec.breaker.cooldownBase", &breaker.cooldown_base)? {
+        c.breaker.cooldown_base = d;
+    }
+    if let Some(d) = duration("spec.breaker.cooldownCap", &breaker.cooldown_cap)? {
+        c.breaker.cooldown_cap = d;
+    }
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! The Kubernetes objects that carry a rendered config: the ConfigMap (both targets) and, for
+//! the deployment target, the Deployment, Service and PodDisruptionBudget of the poolers.
+//! All are owned by their PoolConfig, so deleting it deletes them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction, KeyToPath,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use super::Rendered;
+use crate::operator::crd::{DeploymentTarget, PoolConfig};
+
+/// The ConfigMap key of the pooler config; pods mount the whole ConfigMap (no `subPath`, which
+/// would freeze the file) at `CONFIG_DIR`.
+pub const CONFIG_KEY: &str = "droid-pool.yaml";
+pub const CONFIG_DIR: &str = "/etc/droid-pool";
+/// Where the server password Secret is mounted; the file is named by the Secret key.
+pub const SERVER_PASSWORD_DIR: &str = "/var/run/droid-pool/server";
+/// Where the client passwords Secret (one key per user) is mounted.
+pub const CLIENT_PASSWORDS_DIR: &str = "/var/run/droid-pool/client-passwords";
+/// Pod template annotation: hash of the settings that need a restart.
+pub const RESTART_CHECKSUM_ANNOTATION: &str = "droidpool.io/restart-checksum";
+/// ConfigMap annotation: hash of the whole rendered config.
+const CONFIG_HASH_ANNOTATION: &str = "droidpool.io/config-hash";
+pub const PG_PORT: u16 = 6432;
+pub const ADMIN_PORT: u16 = 9127;
+/// The pooler runs as this unprivileged user whatever the image says.
+const POOLER_UID: i64 = 65532;
+
+/// The labels on every object rendered for `pc` (and, for deployments, the pod selector).
+pub fn labels(pc: &PoolConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "droid-pool".into()),
+        ("app.kubernetes.io/instance".into(), pc.name_any()),
+        ("app.kubernetes.io/component".into(), "pooler".into()),
+        (
+            "app.kubernetes.io/managed-by".into(),
+            "droid-pool-operator".into(),
+        ),
+    ])
+}
+
+/// The labels that select a deployment's pods: the stable subset of `labels`.
+fn selector_labels(pc: &PoolConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "droid-pool".into()),
+        ("app.kubernetes.io/instance".into(), pc.name_any()),
+    ])
+}
+
+fn meta(pc: &PoolConfig, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: pc.namespace(),
+        labels: Some(labels(pc)),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The controller owner reference to `pc`; `None` while it has no uid (not yet stored).
+fn owner(pc: &PoolConfig) -> Option<OwnerReference> {
+    pc.controller_owner_ref(&())
+}
+
+/// The ConfigMap with the rendered config, named `name`.
+pub fn config_map(pc: &PoolConfig, name: &str, r: &Rendered) -> Option<ConfigMap> {
+    let mut meta = meta(pc, name.to_owned(), &owner(pc)?);
+    meta.annotations = Some(BTreeMap::from([(
+        CONFIG_HASH_ANNOTATION.into(),
+        r.hash.clone(),
+    )]));
+    Some(ConfigMap {
+        metadata: meta,
+        data: Some(BTreeMap::from([(CONFIG_KEY.into(), r.yaml.clone())])),
+        ..ConfigMap::default()
+    })
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("admin".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+fn port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(port),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
+fn volume(name: &str, mount: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: mount.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: item.map(|key| {
+                vec![KeyToPath {
+                    key: key.into(),
+                    path: key.into(),
+                    ..KeyToPath::default()
+                }]
+            }),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The ConfigMap (whole, at `CONFIG_DIR`) and the Secrets the spec names, as files.
+fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.into(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![volume("config", CONFIG_DIR)];
+    if let Some(s) = &pc.spec.server.password_secret {
+        volumes.push(secret_volume("server-password", &s.name, Some(&s.key)));
+        mounts.push(volume("server-password", SERVER_PASSWORD_DIR));
+    }
+    if let Some(name) = pc
+        .spec
+        .client_auth
+        .as_ref()
+        .and_then(|a| a.passwords_secret.as_ref())
+    {
+        volumes.push(secret_volume("client-passwords", name, None));
+        mounts.push(volume("client-passwords", CLIENT_PASSWORDS_DIR));
+    }
+    (volumes, mounts)
+}
+
+/// The pooler container and its volumes.
+fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendered) -> PodSpec {
+    let (volumes, mounts) = volumes(pc, config_map);
+    // The kubelet's SIGKILL must come after the pooler's own drain deadline.
+    let grace = r.config.drain.timeout.as_secs_f64().ceil() as i64 + 5;
+    PodSpec {
+        termination_grace_period_seconds: Some(grace),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(POOLER_UID),
+            run_as_group: Some(POOLER_UID),
+            fs_group: Some(POOLER_UID),
+            ..PodSecurityContext::default()
+        }),
+        containers: vec![Container {
+            name: "droid-pool".into(),
+            image: Some(t.image.clone()),
+            command: Some(vec!["/usr/local/bin/droid-pool".into()]),
+            args: Some(vec![
+                "--config".into(),
+                format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+            ]),
+            ports: Some(vec![port("postgres", PG_PORT), port("admin", ADMIN_PORT)]),
+            startup_probe: Some(http_probe("/startupz", 1, 60)),
+            liveness_probe: Some(http_probe("/livez", 10, 3)),
+            readiness_probe: Some(http_probe("/readyz", 2, 1)),
+            resources: t.resources.clone(),
+            volume_mounts: Some(mounts),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        }],
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    }
+}
+
+/// The Deployment of poolers, named like the PoolConfig. `replicas` is left out when the spec
+/// leaves it to an autoscaler, so this apply never fights one.
+pub fn deployment(
+    pc: &PoolConfig,
+    t: &DeploymentTarget,
+    config_map: &str,
+    r: &Rendered,
+) -> Option<Deployment> {
+    let annotations = BTreeMap::from([
+        (
+            RESTART_CHECKSUM_ANNOTATION.into(),
+            r.restart_checksum.clone(),
+        ),
+        ("prometheus.io/scrape".into(), "true".into()),
+        ("prometheus.io/port".into(), ADMIN_PORT.to_string()),
+        ("prometheus.io/path".into(), "/metrics".into()),
+    ]);
+    Some(Deployment {
+        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        spec: Some(DeploymentSpec {
+            replicas: t.replicas,
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(pc)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(pc)),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(pc, t, config_map, r)),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    })
+}
+
+/// The Service in front of the poolers.
+pub fn service(pc: &PoolConfig, t: &DeploymentTarget) -> Option<Service> {
+    Some(Service {
+        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        spec: Some(ServiceSpec {
+            type_: Some(format!("{:?}", t.service.type_)),
+            selector: Some(selector_labels(pc)),
+            ports: Some(vec![ServicePort {
+                name: Some("postgres".into()),
+                port: i32::from(t.service.port),
+                target_port: Some(IntOrString::String("postgres".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+/// The PodDisruptionBudget (as policy/v1; the reconciler sends it as policy/v1beta1 to servers
+/// that predate v1, the spec fields used here being the same in both).
+pub fn pdb(pc: &PoolConfig, t: &DeploymentTarget) -> Option<PodDisruptionBudget> {
+    Some(PodDisruptionBudget {
+        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(t.pod_disruption_budget.max_unavailable)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(pc)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
+}

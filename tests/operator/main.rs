@@ -1,0 +1,11 @@
+//! Operator tests: the controller in process against a real kube-apiserver (see `support`),
+//! plus a few mock-API tests (`mock`) for failures a real server cannot produce on demand.
+//! A separate test binary, so the pooler's `it` binary links no Kubernetes crates.
+
+mod conditions;
+mod mock;
+mod process;
+mod rbac;
+mod reconcile;
+mod schema;
+mod support;
