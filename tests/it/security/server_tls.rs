@@ -38,6 +38,14 @@ async fn server_tls_modes() {
     );
     let client = full.connect("droid", DB).await;
     assert!(ssl_in_use(&client).await, "verify-full must encrypt");
+    // Large both ways over server TLS: many records written and flushed while reading.
+    let big = "z".repeat(2_000_000);
+    let row = client
+        .query_one("select length($1::text), repeat('y', 3000000)", &[&big])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2_000_000);
+    assert_eq!(row.get::<_, String>(1).len(), 3_000_000);
 
     let plain = pooler(&pg, "    sslmode: disable\n");
     assert!(!ssl_in_use(&plain.connect("droid", DB).await).await);
