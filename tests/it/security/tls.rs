@@ -144,3 +144,41 @@ async fn missing_certificate_refused_at_startup() {
     let stderr = p.stderr();
     assert!(stderr.contains("/nonexistent/tls.crt"), "{stderr}");
 }
+
+/// libpq over TLS with SCRAM: it sends the `y` channel-binding flag (it supports binding, we
+/// do not offer `-PLUS`), which must be accepted; a wrong password still gets 28P01.
+#[tokio::test]
+async fn psql_scram_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    ca.issue("gen1", &cert, &key);
+    let verifier = postgres_protocol::password::scram_sha_256(b"scram_pass");
+    let users = super::write(
+        dir.path(),
+        "u.txt",
+        &super::userlist_line("scram_user", &verifier),
+    );
+    let yaml = format!(
+        "auth:\n  method: scram-sha-256\n  users_file: {users}\nserver:\n  password: scram_pass\n\
+         tls:\n  client:\n    mode: require\n    cert_file: {}\n    key_file: {}\n",
+        cert.display(),
+        key.display()
+    );
+    let p = Pooler::start_with_config(support::shared(), &yaml, &[]);
+    let conn = |pw: &str| {
+        format!(
+            "host=localhost hostaddr=127.0.0.1 port={} user=scram_user password={pw} dbname={DB} \
+             sslmode=verify-full sslrootcert={}",
+            p.port(),
+            ca.ca_file.display()
+        )
+    };
+    let (ok, out) = psql(&conn("scram_pass"), "select current_user");
+    assert!(ok && out.trim() == "scram_user", "{out}");
+    let (ok, out) = psql(&conn("nope"), "select 1");
+    assert!(
+        !ok && out.contains("password authentication failed"),
+        "{out}"
+    );
+}
