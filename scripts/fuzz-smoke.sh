@@ -16,7 +16,7 @@ if ! [[ $SECONDS_PER_TARGET =~ ^[0-9]+$ ]] || ((SECONDS_PER_TARGET == 0)); then
   echo "usage: $0 [seconds-per-target]  (a positive integer, default 30)" >&2
   exit 2
 fi
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-frame startup frontend_msgs}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-frame startup frontend_msgs scram auth_msgs}"
 
 # Which toolchain can build with sanitizers: the active one if it is nightly, else +nightly.
 TOOLCHAIN=()

@@ -27,6 +27,8 @@ pub enum AppError {
     },
     #[error("cannot start the admin server: {0}")]
     Admin(std::io::Error),
+    #[error("cannot load credentials or certificates: {0}")]
+    Secrets(#[from] crate::shared::SecretsError),
 }
 
 /// How the pooler stopped.
@@ -41,7 +43,8 @@ pub enum Stopped {
 /// Runs the pooler until a drain finishes.
 pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
     let addr = SocketAddr::new(config.listen.addr, config.listen.port);
-    let shared = Shared::new(config, CancellationToken::new());
+    let shared = Shared::new(config.clone(), CancellationToken::new());
+    shared.load_secrets(&config)?;
     // The admin server first: /startupz answers 503 until the listener is bound.
     let admin = crate::admin::start(shared.clone()).map_err(AppError::Admin)?;
     let listener = TcpListener::bind(addr)

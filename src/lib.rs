@@ -8,11 +8,13 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod events;
 pub mod lifecycle;
 pub mod metrics;
+pub mod net;
 #[cfg(feature = "operator")]
 pub mod operator;
 pub mod params;

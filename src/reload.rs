@@ -2,7 +2,9 @@
 //! Kubernetes ConfigMap update, which swaps a `..data` symlink instead of writing the file),
 //! the file is parsed, validated and diffed; a valid one is applied (pool sizes at once, mode
 //! and track-prepared for new transactions), an invalid one is refused with a clear log line
-//! and the old configuration stays.
+//! and the old configuration stays. The credential files (users file, passwords directory) and
+//! TLS files are watched the same way and re-read on their own when they change (cert-manager
+//! rotates a Secret in place): new logins and handshakes use them, connected clients stay.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,10 +30,40 @@ fn fingerprint(path: &Path) -> Fingerprint {
     })
 }
 
+/// The fingerprints of every credential and TLS file the configuration names (a directory
+/// counts by each of its entries).
+fn secret_fingerprints(cfg: &Config) -> Vec<Fingerprint> {
+    let mut paths: Vec<PathBuf> = cfg.tls.files();
+    paths.extend(cfg.auth.users_file.clone());
+    if let Some(dir) = &cfg.auth.passwords_dir {
+        paths.push(dir.clone());
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            names.sort();
+            paths.extend(names);
+        }
+    }
+    paths.iter().map(|p| fingerprint(p)).collect()
+}
+
+/// Re-reads credentials and certificates; on error the loaded ones stay.
+fn reload_secrets(shared: &Shared, cfg: &Config) {
+    if let Err(e) = shared.load_secrets(cfg) {
+        shared
+            .metrics
+            .lifecycle
+            .reloads
+            .with_label_values(&["rejected"])
+            .inc();
+        tracing::error!(error = %e, "credential or certificate reload rejected; the loaded ones stay");
+    }
+}
+
 /// Watches for reload requests and file changes until shutdown.
 pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
     tokio::spawn(async move {
         let mut last = cli.config.as_deref().map(fingerprint);
+        let mut secrets = secret_fingerprints(&shared.config.load());
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -39,6 +71,13 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
                 _ = shared.shutdown.cancelled() => return,
                 _ = shared.reload.notified() => {}
                 _ = tick.tick() => {
+                    let cfg = shared.config.load();
+                    let now = secret_fingerprints(&cfg);
+                    if now != secrets {
+                        secrets = now;
+                        tracing::info!("credential or certificate files changed on disk");
+                        reload_secrets(&shared, &cfg);
+                    }
                     let Some(path) = cli.config.as_deref() else { continue };
                     let now = fingerprint(path);
                     if last.as_ref() == Some(&now) {
@@ -52,6 +91,9 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
                 last = Some(fingerprint(path));
             }
             reload(&shared, &cli);
+            let cfg = shared.config.load();
+            secrets = secret_fingerprints(&cfg);
+            reload_secrets(&shared, &cfg);
         }
     });
 }

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::AuthStore;
 use crate::client::cancel::Cancels;
 use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, SnapshotCollector, SnapshotSource};
+use crate::net::TlsCell;
 use crate::pool::Pools;
 use tokio::sync::Notify;
 
@@ -44,6 +46,10 @@ pub struct Shared {
     pub lifecycle: Arc<Lifecycle>,
     /// Rung by SIGHUP and `POST /reload`.
     pub reload: Notify,
+    /// TLS configurations for both directions; empty until [`Shared::load_secrets`].
+    pub tls: Arc<TlsCell>,
+    /// Client credentials from files and the auth_query cache.
+    pub auth: Arc<AuthStore>,
 }
 
 impl Shared {
@@ -53,12 +59,14 @@ impl Shared {
         let config = Arc::new(ConfigCell::new(config));
         let counters = Arc::new(Counters::default());
         let metrics = Arc::new(Metrics::new());
+        let tls = Arc::new(TlsCell::default());
         let pools = Arc::new(Pools::new(
             config.clone(),
             events,
             counters.clone(),
             metrics.clone(),
             shutdown.clone(),
+            tls.clone(),
         ));
         let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {
@@ -74,11 +82,37 @@ impl Shared {
             shutdown,
             lifecycle: Arc::new(Lifecycle::default()),
             reload: Notify::new(),
+            tls,
+            auth: Arc::new(AuthStore::default()),
         })
     }
 }
 
+/// Why credentials or certificates could not be (re)loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    #[error("client credentials: {0}")]
+    Auth(#[from] crate::auth::AuthError),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::net::TlsError),
+}
+
 impl Shared {
+    /// (Re)reads the users file, the passwords directory and the TLS files named by `cfg`.
+    /// All or nothing: on error what was loaded before stays in force.
+    pub fn load_secrets(&self, cfg: &Config) -> Result<(), SecretsError> {
+        let users = crate::auth::Users::load(&cfg.auth)?;
+        self.tls.load(&cfg.tls)?;
+        let n = users.len();
+        self.auth.replace(users);
+        tracing::info!(
+            users = n,
+            tls = cfg.tls.client.cert_file.is_some(),
+            "credentials and certificates loaded"
+        );
+        Ok(())
+    }
+
     /// What `/status` shows: pools, clients, drain state and config generation.
     pub fn status(&self) -> serde_json::Value {
         let l = &self.lifecycle;

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::net::ClientStream;
 use bytes::{BufMut, BytesMut};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::error::{error_fields, ClientError};
 use super::io::read_some;
@@ -21,11 +20,11 @@ pub fn is_console_database(db: &str) -> bool {
 
 /// Serves a console session after a successful console login.
 pub(super) async fn serve(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     shared: &Arc<Shared>,
     mut buf: BytesMut,
+    mut out: BytesMut,
 ) -> Result<(), ClientError> {
-    let mut out = BytesMut::new();
     backend::auth_ok(&mut out);
     for (k, v) in [
         (
@@ -42,7 +41,7 @@ pub(super) async fn serve(
     }
     backend::backend_key_data(&mut out, 0, 0);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
-    stream.write_all(&out).await?;
+    stream.send(&out).await?;
     loop {
         let Some(f) =
             frame::cut(&mut buf, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?
@@ -69,7 +68,7 @@ pub(super) async fn serve(
                 backend::error_response(&mut out, &e);
             }
         }
-        stream.write_all(&out).await?;
+        stream.send(&out).await?;
     }
 }
 
@@ -255,9 +254,11 @@ fn config_rows(shared: &Shared) -> Vec<Vec<String>> {
             if let serde_yaml::Value::Mapping(keys) = body {
                 for (k, v) in keys {
                     let key = format!("{section}.{}", k.as_str().unwrap_or(""));
-                    let text = if matches!(key.as_str(), "server.password" | "admin.token")
-                        && !v.is_null()
-                    {
+                    let secret = matches!(
+                        key.as_str(),
+                        "server.password" | "admin.token" | "auth.auth_password"
+                    );
+                    let text = if secret && !v.is_null() {
                         "<redacted>".to_owned()
                     } else {
                         serde_yaml::to_string(&v)

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
 
 use super::session::Session;
 use crate::config::PoolMode;
@@ -50,7 +49,7 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     let run = async {
         let mut b = BytesMut::new();
         frontend::query(&mut b, &sql);
-        conn.stream.write_all(&b).await?;
+        conn.stream.send(&b).await?;
         loop {
             let f = crate::server::read_frame(&mut conn)
                 .await

@@ -1,7 +1,11 @@
 //! Writing to the server (while still reading it) and to the client.
 
+use std::pin::Pin;
+use std::task::Poll;
+
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWrite;
+use tokio_util::io::poll_read_buf;
 
 use super::error::ClientError;
 use super::io::SHRINK_ABOVE;
@@ -9,6 +13,7 @@ use super::session::Session;
 
 enum Progress {
     Wrote(std::io::Result<usize>),
+    Flushed(std::io::Result<()>),
     Read(std::io::Result<usize>),
 }
 
@@ -18,25 +23,38 @@ impl Session<'_> {
     /// large pipeline. What arrives meanwhile is handled and passed on to the client.
     pub(super) async fn flush_server(&mut self) -> Result<(), ClientError> {
         let mut written = 0;
-        while written < self.sout.len() {
+        // A plain socket keeps nothing back; TLS may hold the last record until flushed.
+        let mut unflushed = self.server.as_ref().is_some_and(|s| s.stream.is_tls());
+        while written < self.sout.len() || unflushed {
             let Some(srv) = self.server.as_mut() else {
                 break;
             };
             if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
                 srv.rbuf.reserve(16 * 1024);
             }
-            let (mut rd, mut wr) = srv.stream.split();
-            let progress = tokio::select! {
-                biased;
-                r = wr.write(&self.sout[written..]) => Progress::Wrote(r),
-                r = rd.read_buf(&mut srv.rbuf) => Progress::Read(r),
-            };
+            let (stream, rbuf) = (&mut srv.stream, &mut srv.rbuf);
+            let pending = &self.sout[written..];
+            // Write (or flush) first, else read: one stream polled both ways, no split needed.
+            let progress = std::future::poll_fn(|cx| {
+                let mut s = Pin::new(&mut *stream);
+                if !pending.is_empty() {
+                    if let Poll::Ready(r) = s.as_mut().poll_write(cx, pending) {
+                        return Poll::Ready(Progress::Wrote(r));
+                    }
+                } else if let Poll::Ready(r) = s.as_mut().poll_flush(cx) {
+                    return Poll::Ready(Progress::Flushed(r));
+                }
+                poll_read_buf(s, cx, rbuf).map(Progress::Read)
+            })
+            .await;
             match progress {
                 Progress::Wrote(Ok(n)) if n > 0 => written += n,
+                Progress::Flushed(Ok(())) => unflushed = false,
                 Progress::Read(Ok(n)) if n > 0 => {
                     self.drain_server()?;
                     self.flush_client().await?;
                 }
+                Progress::Flushed(Err(e)) => return Err(ClientError::ServerLost(e.to_string())),
                 Progress::Wrote(r) | Progress::Read(r) => {
                     let why = r
                         .err()
@@ -56,7 +74,7 @@ impl Session<'_> {
         if self.cout.is_empty() {
             return Ok(());
         }
-        self.client.write_all(&self.cout).await?;
+        self.client.send(&self.cout).await?;
         self.shared
             .metrics
             .clients

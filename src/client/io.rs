@@ -2,7 +2,8 @@
 
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+
+use crate::net::ClientStream;
 
 /// Capacity reserved for a read once the socket is readable.
 const READ_CHUNK: usize = 8 * 1024;
@@ -14,13 +15,13 @@ pub const SHRINK_ABOVE: usize = 64 * 1024;
 /// Waits until the client is readable, then reads what is there into `buf`. Cancel-safe:
 /// nothing is reserved until the socket is ready, and a read that returns less than it could
 /// tells tokio the socket is drained, so the next wait costs no extra `EAGAIN` read.
-pub async fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+pub async fn read_some(stream: &mut ClientStream, buf: &mut BytesMut) -> std::io::Result<usize> {
     read_chunk(stream, buf, READ_CHUNK).await
 }
 
 /// As [`read_some`], reserving at most about `chunk` bytes (small for startup packets).
 pub async fn read_chunk(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<usize> {

@@ -1,6 +1,7 @@
 //! One task per client connection: startup and authentication, then the session that relays
 //! between the client and the server it holds.
 
+mod auth;
 pub mod cancel;
 mod console;
 mod error;
@@ -21,17 +22,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+use crate::net::ClientStream;
 
 use crate::protocol::backend;
 use crate::shared::Shared;
 
 /// Serves one accepted connection to its end. Never panics the process: every error is
 /// answered (if the client can still hear it) and the connection closed.
-pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
+pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
+    let mut stream = ClientStream::Plain(stream);
     let mut id = None;
     let res = run(&mut stream, &shared, &mut id).await;
     let l = &shared.lifecycle;
@@ -69,17 +72,16 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
 }
 
 /// Tells the client why its connection ends, if it can still hear it.
-async fn report(stream: &mut TcpStream, e: &ClientError) {
+async fn report(stream: &mut ClientStream, e: &ClientError) {
     if let Some(fields) = e.to_fields() {
         let mut out = BytesMut::new();
         backend::error_response(&mut out, &fields);
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&out)).await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.send(&out)).await;
     }
 }
 
 async fn run(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<(), ClientError> {
@@ -87,7 +89,9 @@ async fn run(
     let login = match Box::pin(startup::login(stream, shared, id)).await? {
         startup::Outcome::Session(login) => login,
         startup::Outcome::Done => return Ok(()),
-        startup::Outcome::Console(buf) => return console::serve(stream, shared, buf).await,
+        startup::Outcome::Console(buf, out) => {
+            return console::serve(stream, shared, buf, out).await
+        }
     };
     let pid = login.pid;
     let res = session::Session::new(stream, shared.clone(), login)

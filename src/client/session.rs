@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+
+use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
@@ -37,7 +38,7 @@ enum Event {
 
 pub struct Session<'a> {
     pub(super) id: u64,
-    pub(super) client: &'a mut TcpStream,
+    pub(super) client: &'a mut ClientStream,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     /// The session settings this client expects (what it was told, plus its own SETs).
@@ -80,7 +81,7 @@ pub struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    pub fn new(client: &'a mut TcpStream, shared: Arc<Shared>, login: Login) -> Self {
+    pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let cfg = shared.config.load();
         Session {
             id: login.id,
@@ -160,10 +161,11 @@ impl<'a> Session<'a> {
         self.wait_readable().await
     }
 
-    async fn wait_readable(&self) -> Result<(), ClientError> {
+    async fn wait_readable(&mut self) -> Result<(), ClientError> {
         let l = &self.shared.lifecycle;
+        let client = &mut *self.client;
         // poll_read_ready keeps no waiter node of its own: an idle client's task stays small.
-        let readable = std::future::poll_fn(|cx| self.client.poll_read_ready(cx));
+        let readable = std::future::poll_fn(|cx| client.poll_read_ready(cx));
         tokio::select! {
             r = readable => Ok(r?),
             // The deadline cancels close_idle too, so one future covers both.

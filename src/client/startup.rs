@@ -1,5 +1,5 @@
-//! The client's startup phase: SSL/GSS negotiation (answered `N` for now), cancel requests,
-//! protocol version negotiation, trust authentication, and the greeting with the pool's cached
+//! The client's startup phase: SSL negotiation (TLS when a certificate is configured; GSS is
+//! answered `N`), cancel requests, protocol version negotiation, authentication, and the greeting with the pool's cached
 //! parameters and a BackendKeyData of the pooler's own. Bounded by the client login timeout.
 
 use std::sync::atomic::Ordering;
@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use rand::Rng;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+
+use crate::config::ClientTlsMode;
+use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
@@ -32,8 +33,9 @@ pub struct Login {
 
 pub enum Outcome {
     Session(Login),
-    /// A console user asked for the admin console; bytes after the startup packet follow.
-    Console(BytesMut),
+    /// A console user asked for the admin console: bytes after the startup packet, and what
+    /// the authentication left to send before AuthenticationOk.
+    Console(BytesMut, BytesMut),
     /// A cancel request or a client that left during startup: nothing more to do.
     Done,
 }
@@ -41,8 +43,10 @@ pub enum Outcome {
 /// Most SSLRequest/GSSENCRequest round trips before the startup packet.
 const MAX_NEGOTIATIONS: usize = 2;
 
+/// Bounded as a whole by the login timeout: the TLS handshake and the password exchange
+/// included, so a client that stalls anywhere (slowloris) is dropped.
 pub async fn login(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<Outcome, ClientError> {
@@ -57,12 +61,12 @@ pub async fn login(
 }
 
 async fn login_inner(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<Outcome, ClientError> {
-    let cfg = shared.config.load();
-    let cfg = &cfg.client;
+    let full = shared.config.load();
+    let cfg = &full.client;
     let limits = StartupLimits {
         max_len: cfg.max_startup_packet,
         max_params: cfg.max_startup_params,
@@ -76,14 +80,21 @@ async fn login_inner(
                     return Ok(Outcome::Done);
                 }
             }
-            Some(StartupPacket::SslRequest | StartupPacket::GssEncRequest) => {
+            Some(p @ (StartupPacket::SslRequest | StartupPacket::GssEncRequest)) => {
                 negotiations += 1;
-                if negotiations > MAX_NEGOTIATIONS || !buf.is_empty() {
+                // Bytes sent before our answer would skip the handshake (CVE-2021-23214).
+                if negotiations > MAX_NEGOTIATIONS || !buf.is_empty() || stream.is_tls() {
                     return Err(ClientError::Protocol(
                         "unexpected data during SSL/GSS negotiation".into(),
                     ));
                 }
-                stream.write_all(b"N").await?;
+                let acceptor = shared.tls.acceptor();
+                match acceptor.filter(|_| {
+                    p == StartupPacket::SslRequest && full.tls.client.mode != ClientTlsMode::Disable
+                }) {
+                    Some(config) => start_tls(stream, config).await?,
+                    None => stream.send(b"N").await?,
+                }
             }
             Some(StartupPacket::Cancel { pid, secret }) => {
                 shared.cancels.forward(pid, secret).await;
@@ -92,6 +103,14 @@ async fn login_inner(
             Some(StartupPacket::Startup(s)) => break s,
         }
     };
+    if full.tls.client.mode == ClientTlsMode::Require && !stream.is_tls() {
+        return Err(ClientError::Fatal {
+            code: sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            message: "droid-pool accepts TLS connections only (tls.client.mode: require); \
+                      connect with sslmode=require"
+                .into(),
+        });
+    }
     let mut out = BytesMut::new();
     negotiate_version(&startup, &mut out);
     let Some(user) = startup.get("user").filter(|u| !u.is_empty()) else {
@@ -117,6 +136,7 @@ async fn login_inner(
             .unwrap_or(user)
             .to_owned(),
     };
+    super::auth::authenticate(stream, &mut buf, shared, user, &key.database, &mut out).await?;
     if super::console::is_console_database(&key.database) {
         let allowed = shared
             .config
@@ -133,7 +153,7 @@ async fn login_inner(
                 ),
             });
         }
-        return Ok(Outcome::Console(buf));
+        return Ok(Outcome::Console(buf, out));
     }
     let client_id = shared.counters.next_client_id();
     *id = Some(client_id);
@@ -168,7 +188,7 @@ async fn login_inner(
     let secret: i32 = rand::thread_rng().gen();
     backend::backend_key_data(&mut out, pid, secret);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
-    stream.write_all(&out).await?;
+    stream.send(&out).await?;
     let cancel = shared.cancels.register(pid, secret, pool.shared_name());
     Ok(Outcome::Session(Login {
         id: client_id,
@@ -178,6 +198,26 @@ async fn login_inner(
         cancel,
         leftover: buf,
     }))
+}
+
+/// Answers `S` and runs the TLS handshake; the stream is TLS from here on.
+async fn start_tls(
+    stream: &mut ClientStream,
+    config: Arc<rustls::ServerConfig>,
+) -> Result<(), ClientError> {
+    stream.send(b"S").await?;
+    let tcp = stream
+        .take_plain()
+        .ok_or_else(|| ClientError::Protocol("TLS requested twice".into()))?;
+    let tls = tokio_rustls::TlsAcceptor::from(config)
+        .accept(tcp)
+        .await
+        .map_err(|e| {
+            tracing::debug!(error = %e, "client TLS handshake failed");
+            ClientError::Gone
+        })?;
+    *stream = crate::net::MaybeTls::Tls(Box::new(tls));
+    Ok(())
 }
 
 /// We speak 3.0: a newer minor version or `_pq_.` options get NegotiateProtocolVersion, and

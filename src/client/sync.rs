@@ -2,7 +2,6 @@
 //! message runs on it.
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
 
 use super::error::ClientError;
 use super::session::Session;
@@ -21,7 +20,7 @@ impl Session<'_> {
         let mut out = BytesMut::new();
         frontend::query(&mut out, &sql);
         conn.stream
-            .write_all(&out)
+            .send(&out)
             .await
             .map_err(|e| lost(e.to_string()))?;
         let mut rejected = None;

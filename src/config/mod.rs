@@ -1,11 +1,15 @@
 //! The one typed configuration: YAML file + command-line flags, defaults, and validation.
 //! Loaded once, immutable afterwards; a reload builds and validates a new value.
 
+mod auth;
 mod cli;
 mod secret;
+mod tls;
 
+pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
 pub use secret::Secret;
+pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -53,21 +57,6 @@ impl PoolMode {
     }
 }
 
-/// How clients prove who they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum AuthMethod {
-    /// No password; allowed only on loopback unless `allow_trust_on_network`.
-    #[default]
-    Trust,
-    /// MD5 password challenge (issue #7 implements it; here only the config shape, so the
-    /// operator can render it).
-    Md5,
-    /// SCRAM-SHA-256 (issue #7 implements it; here only the config shape).
-    #[serde(rename = "scram-sha-256")]
-    ScramSha256,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
@@ -84,6 +73,7 @@ pub struct Config {
     pub pool: PoolConfig,
     pub client: ClientConfig,
     pub auth: AuthConfig,
+    pub tls: TlsConfig,
     pub log: LogConfig,
     pub admin: AdminConfig,
     pub drain: DrainConfig,
@@ -214,19 +204,6 @@ pub struct ClientConfig {
     pub max_startup_params: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    pub method: AuthMethod,
-    /// PgBouncer-style userlist.txt with the users' passwords or verifiers (issue #7).
-    pub users_file: Option<PathBuf>,
-    /// Directory of files named by user holding the plaintext password, as a mounted
-    /// Kubernetes Secret is (issue #7).
-    pub passwords_dir: Option<PathBuf>,
-    /// Permit `trust` on a non-loopback listen address.
-    pub allow_trust_on_network: bool,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -351,33 +328,15 @@ impl Config {
         cli.apply(&mut cfg);
         cfg.resolve_password()?;
         cfg.validate()?;
-        cfg.refuse_unimplemented_auth()?;
         Ok(cfg)
-    }
-
-    /// This branch knows the md5 / scram-sha-256 config shape (so the operator can render it)
-    /// but not the client authentication itself (issue #7): a pooler that loaded such a file
-    /// would let clients in unauthenticated, so it refuses to start or reload instead. Remove
-    /// when #7 lands; `validate` (what the operator checks) stays unaffected.
-    fn refuse_unimplemented_auth(&self) -> Result<(), ConfigError> {
-        match self.auth.method {
-            AuthMethod::Trust => Ok(()),
-            AuthMethod::Md5 | AuthMethod::ScramSha256 => Err(ConfigError::Invalid(
-                "auth.method md5 / scram-sha-256 is not implemented by this build; \
-                 use trust on loopback"
-                    .into(),
-            )),
-        }
     }
 
     fn resolve_password(&mut self) -> Result<(), ConfigError> {
         if let (None, Some(path)) = (&self.server.password, &self.server.password_file) {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let line = text.lines().next().unwrap_or("").to_owned();
-            self.server.password = Some(Secret::new(line));
+            self.server.password = Some(read_secret_file(path)?);
+        }
+        if let (None, Some(path)) = (&self.auth.auth_password, &self.auth.auth_password_file) {
+            self.auth.auth_password = Some(read_secret_file(path)?);
         }
         Ok(())
     }
@@ -437,6 +396,8 @@ impl Config {
         if c.max_connections == 0 {
             return bad("client.max_connections must be at least 1".into());
         }
+        self.auth.validate().map_err(ConfigError::Invalid)?;
+        self.tls.validate().map_err(ConfigError::Invalid)?;
         if self.auth.method == AuthMethod::Trust
             && !self.listen.addr.is_loopback()
             && !self.auth.allow_trust_on_network
@@ -449,6 +410,15 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The first line of a password file (a mounted Secret key), as a secret.
+pub fn read_secret_file(path: &std::path::Path) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Secret::new(text.lines().next().unwrap_or("").to_owned()))
 }
 
 /// The configuration in force, replaced whole by a reload; readers take a snapshot.
@@ -522,12 +492,22 @@ mod tests {
     }
 
     #[test]
-    fn password_auth_is_refused_until_implemented() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.yaml");
-        std::fs::write(&path, "auth:\n  method: scram-sha-256\n").unwrap();
-        let err = Config::load(&parse(&["--config", path.to_str().unwrap()])).unwrap_err();
-        assert!(err.to_string().contains("not implemented"), "{err}");
+    fn auth_and_tls_combinations() {
+        let load = |yaml: &str| {
+            let cfg = Config::from_yaml(yaml, "x".as_ref()).unwrap();
+            cfg.validate().map_err(|e| e.to_string())
+        };
+        let err = load("auth:\n  method: scram-sha-256\n").unwrap_err();
+        assert!(err.contains("users_file"), "{err}");
+        load("auth:\n  method: md5\n  users_file: /u\nlisten:\n  addr: 0.0.0.0\n").unwrap();
+        let err = load("tls:\n  client:\n    mode: require\n").unwrap_err();
+        assert!(err.contains("cert_file"), "{err}");
+        let err = load("tls:\n  server:\n    sslmode: verify-full\n").unwrap_err();
+        assert!(err.contains("ca_file"), "{err}");
+        let err = load("auth:\n  auth_user: a\n  auth_query: select 1\n").unwrap_err();
+        assert!(err.contains("$1"), "{err}");
+        let cfg = Config::from_yaml("auth:\n  auth_password: s3cr3t\n", "x".as_ref()).unwrap();
+        assert!(!format!("{cfg:?}").contains("s3cr3t"));
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct ClientMetrics {
     pub shed: IntCounterVec,
     /// Errors the pooler itself answered, by SQLSTATE class (two characters).
     pub pooler_errors: IntCounterVec,
+    /// Client authentications by method and result (ok, failed).
+    pub auth: IntCounterVec,
+    /// auth_query lookups by result (cached, found, missing, error).
+    pub auth_lookups: IntCounterVec,
     pub transactions: IntCounter,
     pub queries: IntCounter,
     pub bytes_in: IntCounter,
@@ -121,6 +125,18 @@ impl Metrics {
                 "droidpool_pooler_errors_total",
                 "Errors answered by the pooler itself, by SQLSTATE class.",
                 &["class"],
+            ),
+            auth: counter_vec(
+                &r,
+                "droidpool_client_auth_total",
+                "Client password authentications, by method and result.",
+                &["method", "result"],
+            ),
+            auth_lookups: counter_vec(
+                &r,
+                "droidpool_auth_query_lookups_total",
+                "auth_query lookups of users missing from the files, by result.",
+                &["result"],
             ),
             transactions: counter(
                 &r,

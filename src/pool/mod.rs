@@ -475,10 +475,9 @@ impl Drop for PoolClient {
 
 /// Says goodbye to a server politely; it is closed either way when dropped.
 async fn terminate(mut conn: Server) {
-    use tokio::io::AsyncWriteExt;
     let mut b = bytes::BytesMut::new();
     crate::protocol::frontend::terminate(&mut b);
-    let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.write_all(&b)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.send(&b)).await;
 }
 
 #[cfg(test)]
@@ -502,6 +501,7 @@ mod tests {
             database: "d".into(),
             password: None,
             connect_timeout: Duration::from_secs(3600),
+            tls: Default::default(),
         };
         let key = PoolKey {
             database: "d".into(),

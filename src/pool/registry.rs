@@ -29,6 +29,7 @@ pub struct Pools {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     backend: Arc<Backend>,
+    tls: Arc<crate::net::TlsCell>,
     map: Mutex<HashMap<PoolKey, Pool>>,
 }
 
@@ -39,8 +40,10 @@ impl Pools {
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
+        tls: Arc<crate::net::TlsCell>,
     ) -> Self {
         Pools {
+            tls,
             backend: Arc::new(Backend::from_config(&config.load())),
             config,
             events,
@@ -81,6 +84,7 @@ impl Pools {
                 .unwrap_or_else(|| key.database.clone()),
             password: cfg.server.password.clone(),
             connect_timeout: cfg.server.connect_timeout,
+            tls: self.tls.clone(),
         };
         let pool = Pool::new(
             key,
@@ -111,6 +115,11 @@ impl Pools {
         for pool in self.all() {
             pool.close_idle_now().await;
         }
+    }
+
+    /// The TLS settings server logins use.
+    pub fn tls(&self) -> &Arc<crate::net::TlsCell> {
+        &self.tls
     }
 
     pub fn all(&self) -> Vec<Pool> {

@@ -134,6 +134,36 @@ pub fn auth_ok(buf: &mut BytesMut) {
     finish(buf, at);
 }
 
+/// An authentication request (message 'R'): the inverse of [`parse_auth`].
+pub fn auth_request(buf: &mut BytesMut, req: &AuthRequest<'_>) {
+    let at = begin(buf, AUTHENTICATION_TAG);
+    match req {
+        AuthRequest::Ok => buf.put_i32(0),
+        AuthRequest::Cleartext => buf.put_i32(3),
+        AuthRequest::Md5 { salt } => {
+            buf.put_i32(5);
+            buf.put_slice(salt);
+        }
+        AuthRequest::Sasl { mechanisms } => {
+            buf.put_i32(10);
+            for m in mechanisms {
+                put_cstr(buf, m.as_bytes());
+            }
+            buf.put_u8(0);
+        }
+        AuthRequest::SaslContinue { data } => {
+            buf.put_i32(11);
+            buf.put_slice(data);
+        }
+        AuthRequest::SaslFinal { data } => {
+            buf.put_i32(12);
+            buf.put_slice(data);
+        }
+        AuthRequest::Other(n) => buf.put_i32(*n),
+    }
+    finish(buf, at);
+}
+
 pub fn parameter_status(buf: &mut BytesMut, name: &str, value: &str) {
     let at = begin(buf, PARAMETER_STATUS_TAG);
     put_cstr(buf, name.as_bytes());

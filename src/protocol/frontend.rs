@@ -107,6 +107,30 @@ pub fn query_text(msg: &[u8]) -> Result<&[u8], ParseError> {
     Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?).cstr()
 }
 
+/// A PasswordMessage body (cleartext or md5 response): the NUL-terminated password.
+pub fn parse_password(body: &[u8]) -> Result<&[u8], ParseError> {
+    let mut c = Cursor::new(body);
+    let pw = c.cstr()?;
+    if !c.is_empty() {
+        return Err(ParseError::Invalid("bytes after the password"));
+    }
+    Ok(pw)
+}
+
+/// A SASLInitialResponse body: the mechanism and the initial response (absent for length -1).
+pub fn parse_sasl_initial(body: &[u8]) -> Result<(&str, Option<&[u8]>), ParseError> {
+    let mut c = Cursor::new(body);
+    let mechanism = c.str()?;
+    let data = match c.i32()? {
+        -1 => None,
+        n => Some(c.take(usize::try_from(n).map_err(|_| ParseError::Invalid("SASL length"))?)?),
+    };
+    if !c.is_empty() {
+        return Err(ParseError::Invalid("bytes after the SASL response"));
+    }
+    Ok((mechanism, data))
+}
+
 /// Copies `msg` into `out` with the name at `span` replaced by `name`, rewriting the length.
 pub fn write_renamed(out: &mut BytesMut, msg: &[u8], span: NameSpan, name: &[u8]) {
     let at = begin(out, msg[0]);
@@ -134,6 +158,11 @@ pub fn cancel_request(buf: &mut BytesMut, pid: i32, secret: i32) {
     buf.put_i32(super::startup::CANCEL_REQUEST_CODE);
     buf.put_i32(pid);
     buf.put_i32(secret);
+}
+
+pub fn ssl_request(buf: &mut BytesMut) {
+    buf.put_i32(8);
+    buf.put_i32(super::startup::SSL_REQUEST_CODE);
 }
 
 pub fn password(buf: &mut BytesMut, pw: &[u8]) {

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod cursor;
 pub mod frame;
 pub mod frontend;
+pub mod scram;
 pub mod sqlstate;
 pub mod startup;
 

@@ -1,4 +1,4 @@
-//! Server login: TCP connect, StartupMessage, authentication (trust, cleartext, md5,
+//! Server login: TCP connect, TLS as `tls.server.sslmode` says, StartupMessage, authentication (trust, cleartext, md5,
 //! SCRAM-SHA-256), then ParameterStatus and BackendKeyData up to the first ReadyForQuery.
 
 use std::time::{Duration, Instant};
@@ -7,6 +7,9 @@ use bytes::BytesMut;
 use postgres_protocol::authentication::{md5_hash, sasl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::config::SslMode;
+use crate::net::{MaybeTls, ServerStream, TlsCell};
 
 use super::{ServerConn, ServerError};
 use crate::config::Secret;
@@ -27,6 +30,8 @@ pub struct ServerTarget {
     pub database: String,
     pub password: Option<Secret>,
     pub connect_timeout: Duration,
+    /// TLS settings in force (read at each login, so rotated files apply to new logins).
+    pub tls: std::sync::Arc<TlsCell>,
 }
 
 /// Connects and logs in; the whole exchange is bounded by `connect_timeout`.
@@ -47,6 +52,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
     stream.set_nodelay(true)?;
     set_liveness_options(&stream);
     let addr = stream.peer_addr()?;
+    let stream = negotiate_tls(stream, t).await?;
     let mut conn = ServerConn {
         id: 0,
         stream,
@@ -64,7 +70,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);
-    conn.stream.write_all(&out).await?;
+    conn.stream.send(&out).await?;
     authenticate(&mut conn, t).await?;
     loop {
         let f = read_frame(&mut conn).await?;
@@ -145,8 +151,55 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
                 return Err(ServerError::UnsupportedAuth(format!("method {n}")))
             }
         }
-        conn.stream.write_all(&out).await?;
+        conn.stream.send(&out).await?;
     }
+}
+
+/// SSLRequest and the TLS handshake, as libpq's sslmode says (protocol docs, "SSL Session
+/// Encryption"). The server answers with one byte; anything it sent after that byte before the
+/// handshake would be unauthenticated, so it is refused (CVE-2021-23222).
+async fn negotiate_tls(mut tcp: TcpStream, t: &ServerTarget) -> Result<ServerStream, ServerError> {
+    let tls = t.tls.current();
+    let Some(config) = tls.connector.filter(|_| tls.sslmode != SslMode::Disable) else {
+        return Ok(MaybeTls::Plain(tcp));
+    };
+    let mut req = BytesMut::new();
+    frontend::ssl_request(&mut req);
+    tcp.write_all(&req).await?;
+    let mut answer = [0u8; 1];
+    if tcp.read(&mut answer).await? == 0 {
+        return Err(ServerError::Closed);
+    }
+    match answer[0] {
+        b'S' => {}
+        b'N' if tls.sslmode == SslMode::Prefer => return Ok(MaybeTls::Plain(tcp)),
+        b'N' => {
+            return Err(ServerError::Tls(format!(
+                "the server does not accept TLS (tls.server.sslmode {})",
+                tls.sslmode.as_str()
+            )))
+        }
+        _ => return Err(protocol("unexpected answer to SSLRequest")),
+    }
+    let mut probe = [0u8; 1];
+    if !matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+        return Err(protocol("data after the SSLRequest answer"));
+    }
+    let name = rustls::pki_types::ServerName::try_from(t.host.clone())
+        .map_err(|_| ServerError::Tls(format!("{:?} is not a valid TLS server name", t.host)))?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| {
+            // A TLS-level refusal (certificate, protocol) will not go away by retrying; a
+            // connection reset mid-handshake might.
+            if e.get_ref().is_some_and(|i| i.is::<rustls::Error>()) {
+                ServerError::Tls(e.to_string())
+            } else {
+                ServerError::Io(e)
+            }
+        })?;
+    Ok(MaybeTls::Tls(Box::new(stream)))
 }
 
 /// Keepalives and TCP_USER_TIMEOUT, so a black-holed network is noticed in seconds rather

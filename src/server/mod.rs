@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use thiserror::Error;
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::params::Params;
@@ -42,6 +41,8 @@ pub enum ServerError {
     UnsupportedAuth(String),
     #[error("protocol error from server: {0}")]
     Protocol(String),
+    #[error("TLS to the server failed: {0}")]
+    Tls(String),
 }
 
 impl From<ParseError> for ServerError {
@@ -64,18 +65,18 @@ impl ServerError {
             ServerError::NoPassword | ServerError::UnsupportedAuth(_) => {
                 sqlstate::INVALID_AUTHORIZATION_SPECIFICATION
             }
-            ServerError::Connect { .. } | ServerError::Timeout => {
+            ServerError::Connect { .. } | ServerError::Timeout | ServerError::Tls(_) => {
                 sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
             }
             _ => sqlstate::CONNECTION_FAILURE,
         }
     }
 
-    /// Wrong credentials or an unknown database: retrying cannot help.
+    /// Wrong credentials, an unknown database or a TLS refusal: retrying cannot help.
     pub fn is_config_error(&self) -> bool {
         matches!(
             self,
-            ServerError::NoPassword | ServerError::UnsupportedAuth(_)
+            ServerError::NoPassword | ServerError::UnsupportedAuth(_) | ServerError::Tls(_)
         ) || matches!(self, ServerError::Rejected(f)
                 if f.code.starts_with("28") || f.code == sqlstate::INVALID_CATALOG_NAME)
     }
@@ -90,7 +91,7 @@ pub type Server = Box<ServerConn>;
 pub struct ServerConn {
     /// Number in order of successful login, from 1 (the `[POOL] server N` number).
     pub id: u64,
-    pub stream: TcpStream,
+    pub stream: crate::net::ServerStream,
     /// Bytes read from the server and not yet handled.
     pub rbuf: BytesMut,
     /// Values the server last reported with ParameterStatus.
@@ -121,13 +122,6 @@ impl ServerConn {
     /// unexpected bytes (a FATAL before closing) mean it cannot be used. No await, and no
     /// system call unless the socket was reported readable.
     pub fn is_usable_idle(&self) -> bool {
-        if !self.rbuf.is_empty() {
-            return false;
-        }
-        let mut probe = [0u8; 1];
-        match self.stream.try_read(&mut probe) {
-            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-            Ok(_) => false,
-        }
+        self.rbuf.is_empty() && self.stream.is_quiet()
     }
 }

@@ -20,7 +20,7 @@ use crate::support::{self, Pooler, DB};
 
 /// A tokio-postgres client running simple and extended queries in a loop and checking every
 /// answer, until told to stop.
-struct Alongside {
+pub(crate) struct Alongside {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,
     task: JoinHandle<Result<u64, String>>,
@@ -28,7 +28,12 @@ struct Alongside {
 
 impl Alongside {
     async fn start(pooler: &Pooler) -> Alongside {
-        let client = pooler.connect("droid", DB).await;
+        Alongside::start_conn(&pooler.conn_string("droid", DB)).await
+    }
+
+    /// As [`Alongside::start`], logging in with `conn` (e.g. with a password).
+    pub(crate) async fn start_conn(conn: &str) -> Alongside {
+        let client = support::connect(conn).await;
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let task = {
@@ -78,7 +83,7 @@ impl Alongside {
     }
 
     /// Waits until the client has completed `n` more rounds (it still works now).
-    async fn progresses(&self, n: u64) {
+    pub(crate) async fn progresses(&self, n: u64) {
         let start = self.done.load(Ordering::Relaxed);
         let t0 = Instant::now();
         while self.done.load(Ordering::Relaxed) < start + n {
@@ -93,7 +98,7 @@ impl Alongside {
         }
     }
 
-    async fn finish(self) -> u64 {
+    pub(crate) async fn finish(self) -> u64 {
         self.progresses(3).await;
         self.stop.store(true, Ordering::Relaxed);
         match within(15, "alongside client", self.task).await {
@@ -110,7 +115,7 @@ fn start(extra: &[&str]) -> Pooler {
     Pooler::start(support::shared(), &args)
 }
 
-fn assert_alive(pooler: &Pooler) {
+pub(crate) fn assert_alive(pooler: &Pooler) {
     assert!(
         !pooler.has_exited(),
         "the pooler exited: {}",

@@ -6,6 +6,7 @@ mod faults;
 mod kind_checker;
 mod lifecycle;
 mod prepared;
+mod security;
 mod support;
 
 /// The harness itself works: a real PostgreSQL starts and answers directly.

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod pg;
 pub mod pooler;
 pub mod raw;
+pub mod tls;
 pub mod tools;
 
 use std::fs::File;

@@ -1,0 +1,210 @@
+//! Client authentication data: the credentials of each user (from the users file, the
+//! passwords directory, or auth_query), the SCRAM and md5 server-side checks, and the store
+//! that reloads them. Credentials never print: `Debug` is redacted throughout.
+
+pub mod query;
+pub mod scram;
+mod userlist;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use md5::{Digest, Md5};
+use thiserror::Error;
+
+use crate::config::{AuthConfig, Secret};
+pub use query::AuthQueryCache;
+pub use scram::{Exchange, ScramError, Verifier};
+
+#[derive(Debug, Error)]
+pub enum AuthError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The line number only: the line holds a password.
+    #[error("{path} line {line}: expected \"user\" \"password\"")]
+    Syntax { path: PathBuf, line: usize },
+}
+
+/// What the pooler knows about one user's password.
+#[derive(Clone)]
+pub enum Credential {
+    /// A SCRAM-SHA-256 verifier: SCRAM only.
+    Scram(Verifier),
+    /// PostgreSQL's md5 hash, `md5` + hex(md5(password + user)): md5 only.
+    Md5(String),
+    /// The plaintext password (kept with a verifier derived once at load).
+    Plain {
+        password: Secret,
+        verifier: Verifier,
+    },
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Credential::Scram(_) => "Scram(<redacted>)",
+            Credential::Md5(_) => "Md5(<redacted>)",
+            Credential::Plain { .. } => "Plain(<redacted>)",
+        })
+    }
+}
+
+impl Credential {
+    /// Classifies a stored password as PostgreSQL and PgBouncer do.
+    pub fn from_stored(stored: &str) -> Credential {
+        if let Some(v) = Verifier::parse(stored) {
+            return Credential::Scram(v);
+        }
+        if is_md5_hash(stored) {
+            return Credential::Md5(stored.to_owned());
+        }
+        Credential::Plain {
+            verifier: Verifier::from_password(stored),
+            password: Secret::new(stored.to_owned()),
+        }
+    }
+
+    /// The md5 hash for `user`, if this credential allows md5.
+    pub fn md5_hash(&self, user: &str) -> Option<String> {
+        match self {
+            Credential::Md5(h) => Some(h.clone()),
+            Credential::Plain { password, .. } => Some(md5_stored(user, password.expose())),
+            Credential::Scram(_) => None,
+        }
+    }
+
+    /// The SCRAM verifier, if this credential allows SCRAM.
+    pub fn verifier(&self) -> Option<&Verifier> {
+        match self {
+            Credential::Scram(v) | Credential::Plain { verifier: v, .. } => Some(v),
+            Credential::Md5(_) => None,
+        }
+    }
+}
+
+fn is_md5_hash(s: &str) -> bool {
+    s.len() == 35 && s.starts_with("md5") && s[3..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `md5` + hex(md5(password + user)): how PostgreSQL stores an md5 password.
+pub fn md5_stored(user: &str, password: &str) -> String {
+    let mut h = Md5::new();
+    h.update(password.as_bytes());
+    h.update(user.as_bytes());
+    format!("md5{}", hex(&h.finalize()))
+}
+
+/// Checks an md5 response: `md5` + hex(md5(hex-part-of-stored + salt)).
+pub fn md5_matches(stored: &str, salt: [u8; 4], response: &[u8]) -> bool {
+    let Some(inner) = stored.strip_prefix("md5") else {
+        return false;
+    };
+    let mut h = Md5::new();
+    h.update(inner.as_bytes());
+    h.update(salt);
+    let expected = format!("md5{}", hex(&h.finalize()));
+    expected.len() == response.len()
+        && expected
+            .bytes()
+            .zip(response)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// The users known from files; replaced whole on reload.
+#[derive(Default)]
+pub struct Users(HashMap<String, Credential>);
+
+impl std::fmt::Debug for Users {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Users({} users)", self.0.len())
+    }
+}
+
+impl Users {
+    /// Reads `users_file`, then `passwords_dir` (whose entries win: it is the Secret).
+    pub fn load(cfg: &AuthConfig) -> Result<Users, AuthError> {
+        let mut map = HashMap::new();
+        if let Some(path) = &cfg.users_file {
+            for (user, stored) in userlist::read_userlist(path)? {
+                map.insert(user, Credential::from_stored(&stored));
+            }
+        }
+        if let Some(dir) = &cfg.passwords_dir {
+            for (user, password) in userlist::read_passwords_dir(dir)? {
+                map.insert(user, Credential::from_stored(&password));
+            }
+        }
+        Ok(Users(map))
+    }
+
+    pub fn get(&self, user: &str) -> Option<&Credential> {
+        self.0.get(user)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The users in force and the auth_query cache, shared by all clients.
+#[derive(Debug, Default)]
+pub struct AuthStore {
+    users: RwLock<Arc<Users>>,
+    pub cache: AuthQueryCache,
+}
+
+impl AuthStore {
+    /// Puts freshly read users in force (and forgets looked-up ones).
+    pub fn replace(&self, users: Users) {
+        *self.users.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(users);
+        self.cache.clear();
+    }
+
+    pub fn users(&self) -> Arc<Users> {
+        self.users.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn md5_matches_what_libpq_sends() {
+        let stored = md5_stored("md5_user", "md5_pass");
+        let salt = [1, 2, 3, 4];
+        let sent = postgres_protocol::authentication::md5_hash(b"md5_user", b"md5_pass", salt);
+        assert!(md5_matches(&stored, salt, sent.as_bytes()));
+        let wrong = postgres_protocol::authentication::md5_hash(b"md5_user", b"nope", salt);
+        assert!(!md5_matches(&stored, salt, wrong.as_bytes()));
+        assert!(matches!(
+            Credential::from_stored(&stored),
+            Credential::Md5(_)
+        ));
+    }
+
+    #[test]
+    fn stored_forms_are_told_apart_and_never_print() {
+        let scram = postgres_protocol::password::scram_sha_256(b"pw");
+        assert!(matches!(
+            Credential::from_stored(&scram),
+            Credential::Scram(_)
+        ));
+        let plain = Credential::from_stored("hunter2");
+        assert!(plain.md5_hash("u").is_some() && plain.verifier().is_some());
+        assert!(!format!("{plain:?}").contains("hunter2"));
+    }
+}

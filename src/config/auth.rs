@@ -1,0 +1,99 @@
+//! Client authentication settings: the method, where credentials come from, and auth_query.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Secret;
+
+/// How clients prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMethod {
+    /// No password; allowed only on loopback unless `allow_trust_on_network`.
+    #[default]
+    Trust,
+    /// MD5 challenge (a user stored with a SCRAM verifier is asked for SCRAM instead, as
+    /// PostgreSQL does).
+    Md5,
+    /// SCRAM-SHA-256; the method to use on any network.
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+impl AuthMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::Trust => "trust",
+            AuthMethod::Md5 => "md5",
+            AuthMethod::ScramSha256 => "scram-sha-256",
+        }
+    }
+}
+
+/// PgBouncer's default: works on any PostgreSQL with a superuser or `pg_read_all_settings`
+/// style grant on `pg_shadow`; `$1` is the user name, bound as a parameter.
+pub const DEFAULT_AUTH_QUERY: &str = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    pub method: AuthMethod,
+    /// Permit `trust` on a non-loopback listen address.
+    pub allow_trust_on_network: bool,
+    /// PgBouncer `userlist.txt`: `"user" "SCRAM-SHA-256$...|md5...|plaintext"` per line.
+    pub users_file: Option<PathBuf>,
+    /// A directory of files named after users, each holding that user's plaintext password
+    /// (a mounted Kubernetes Secret).
+    pub passwords_dir: Option<PathBuf>,
+    /// Looks up users not found in the files on the server, as `auth_user`; off when unset.
+    pub auth_user: Option<String>,
+    /// `auth_user`'s password (or `auth_password_file`); never printed.
+    pub auth_password: Option<Secret>,
+    pub auth_password_file: Option<PathBuf>,
+    /// Database the lookup connects to; defaults to the client's database.
+    pub auth_database: Option<String>,
+    /// Returns (name, verifier) for the user bound as `$1`; sent with Parse/Bind, never
+    /// spliced into the text.
+    pub auth_query: String,
+    /// How long a looked-up verifier (or its absence) is reused.
+    #[serde(with = "humantime_serde")]
+    pub auth_cache_ttl: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            method: AuthMethod::Trust,
+            allow_trust_on_network: false,
+            users_file: None,
+            passwords_dir: None,
+            auth_user: None,
+            auth_password: None,
+            auth_password_file: None,
+            auth_database: None,
+            auth_query: DEFAULT_AUTH_QUERY.into(),
+            auth_cache_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+impl AuthConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.method != AuthMethod::Trust
+            && self.users_file.is_none()
+            && self.passwords_dir.is_none()
+            && self.auth_user.is_none()
+        {
+            return Err(format!(
+                "auth.method {} needs auth.users_file, auth.passwords_dir or auth.auth_user",
+                self.method.as_str()
+            ));
+        }
+        if self.auth_user.is_some() && !self.auth_query.contains("$1") {
+            return Err("auth.auth_query must take the user name as the parameter $1".into());
+        }
+        Ok(())
+    }
+}

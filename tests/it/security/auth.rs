@@ -1,0 +1,220 @@
+//! Client authentication: SCRAM and md5 against the users file and the passwords directory,
+//! wrong passwords (28P01 and no server connection), unknown users, reload of the files, and
+//! trust refused on a network address.
+
+use std::time::Duration;
+
+use super::{refused, status, userlist_line, write};
+use crate::core::code;
+use crate::support::{self, Pooler, DB};
+
+/// A pooler requiring SCRAM, knowing `scram_user` by a SCRAM verifier from the users file and
+/// logging in to PostgreSQL with the same password.
+fn scram_pooler(dir: &std::path::Path) -> Pooler {
+    let verifier = postgres_protocol::password::scram_sha_256(b"scram_pass");
+    let users = write(dir, "userlist.txt", &userlist_line("scram_user", &verifier));
+    let yaml = format!(
+        "auth:\n  method: scram-sha-256\n  users_file: {users}\nserver:\n  password: scram_pass\n"
+    );
+    Pooler::start_with_config(support::shared(), &yaml, &[])
+}
+
+#[tokio::test]
+async fn scram_login_and_wrong_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let pooler = scram_pooler(dir.path());
+    // Wrong password first, while no pool exists: 28P01 and nothing opened.
+    let err = refused(
+        &pooler.conn_string_pw("scram_user", "nope", DB),
+        "a wrong password must fail",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let st = status(&pooler);
+    assert_eq!(
+        st["pools"],
+        serde_json::json!([]),
+        "no pool may exist: {st}"
+    );
+    // An unknown user: the same answer.
+    let err = refused(
+        &pooler.conn_string_pw("nobody", "x", DB),
+        "unknown user must fail",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    assert_eq!(status(&pooler)["pools"], serde_json::json!([]));
+    // The right password works, through to PostgreSQL.
+    let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
+    let row = client
+        .query_one("select current_user::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "scram_user");
+    let series = "droidpool_client_auth_total{method=\"scram-sha-256\",result=";
+    assert_eq!(
+        metric(&pooler, &format!("{series}\"failed\"}}")),
+        2,
+        "failures counted"
+    );
+    assert_eq!(metric(&pooler, &format!("{series}\"ok\"}}")), 1);
+}
+
+#[tokio::test]
+async fn md5_login_from_users_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = droid_pool::auth::md5_stored("md5_user", "md5_pass");
+    let users = write(
+        dir.path(),
+        "userlist.txt",
+        &userlist_line("md5_user", &hash),
+    );
+    let yaml =
+        format!("auth:\n  method: md5\n  users_file: {users}\nserver:\n  password: md5_pass\n");
+    let pooler = Pooler::start_with_config(support::shared(), &yaml, &[]);
+    let client = support::connect(&pooler.conn_string_pw("md5_user", "md5_pass", DB)).await;
+    let row = client
+        .query_one("select current_user::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "md5_user");
+    let err = refused(
+        &pooler.conn_string_pw("md5_user", "md5_nope", DB),
+        "wrong md5 password must fail",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+}
+
+/// A passwords directory laid out as Kubernetes mounts a Secret; a changed password applies
+/// without a restart while a connected client stays connected.
+#[tokio::test]
+async fn passwords_dir_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    let gen1 = dir.path().join("..gen1");
+    std::fs::create_dir_all(&gen1).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(gen1.join("clear_user"), "clear_pass\n").unwrap();
+    std::os::unix::fs::symlink(&gen1, secret.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/clear_user", secret.join("clear_user")).unwrap();
+    let yaml = format!(
+        "auth:\n  method: scram-sha-256\n  passwords_dir: {}\nserver:\n  password: clear_pass\n",
+        secret.display()
+    );
+    let pooler = Pooler::start_with_config(support::shared(), &yaml, &[]);
+    let held = support::connect(&pooler.conn_string_pw("clear_user", "clear_pass", DB)).await;
+    // Rotate as the kubelet does: a new generation, then swap the `..data` link.
+    let gen2 = dir.path().join("..gen2");
+    std::fs::create_dir_all(&gen2).unwrap();
+    std::fs::write(gen2.join("clear_user"), "rotated_pass\n").unwrap();
+    let tmp = secret.join("..data_tmp");
+    std::os::unix::fs::symlink(&gen2, &tmp).unwrap();
+    std::fs::rename(&tmp, secret.join("..data")).unwrap();
+    let conn_new = pooler.conn_string_pw("clear_user", "rotated_pass", DB);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if support::try_connect(&conn_new).await.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "new password never accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = refused(
+        &pooler.conn_string_pw("clear_user", "clear_pass", DB),
+        "the old password must stop working",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let n: i32 = held.query_one("select 7", &[]).await.unwrap().get(0);
+    assert_eq!(n, 7, "the connected client stays");
+}
+
+#[tokio::test]
+async fn trust_on_network_refused_at_startup() {
+    let pooler = Pooler::spawn(support::shared(), &["--listen-addr", "0.0.0.0"]);
+    let status = pooler
+        .wait_exit(Duration::from_secs(10))
+        .expect("the pooler must refuse to start");
+    assert!(!status.success());
+    let stderr = pooler.stderr();
+    assert!(
+        stderr.contains("trust") && stderr.contains("allow_trust_on_network"),
+        "{stderr}"
+    );
+}
+
+/// With scram-sha-256 a network address is fine; the contract's loopback command line still
+/// runs with trust (the other suites use it throughout).
+#[tokio::test]
+async fn scram_allowed_on_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = write(
+        dir.path(),
+        "u.txt",
+        &userlist_line("scram_user", "scram_pass"),
+    );
+    let yaml = format!(
+        "auth:\n  method: scram-sha-256\n  users_file: {users}\nserver:\n  password: scram_pass\n"
+    );
+    let pooler = Pooler::start_with_config(support::shared(), &yaml, &["--listen-addr", "0.0.0.0"]);
+    let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
+    let n: i32 = client.query_one("select 1", &[]).await.unwrap().get(0);
+    assert_eq!(n, 1);
+}
+
+/// Metric value of a full series line (`name{labels}`), 0 if absent.
+fn metric(pooler: &Pooler, series: &str) -> u64 {
+    let body = pooler.admin_get("/metrics").1;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// auth_query: users missing from the files are looked up as the auth user with the name
+/// bound as `$1`; a name built to break out of a quoted string is just an unknown user;
+/// answers are cached.
+#[tokio::test]
+async fn auth_query_lookup() {
+    let yaml = "auth:\n  method: scram-sha-256\n  auth_user: postgres\n  auth_cache_ttl: 60s\n\
+                server:\n  password: scram_pass\n";
+    let pooler = Pooler::start_with_config(support::shared(), yaml, &[]);
+    let good = pooler.conn_string_pw("scram_user", "scram_pass", DB);
+    let client = support::connect(&good).await;
+    let who: String = client
+        .query_one("select current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(who, "scram_user");
+    let err = refused(
+        &pooler.conn_string_pw("scram_user", "bad", DB),
+        "wrong password",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let err = refused(&pooler.conn_string_pw("ghost", "x", DB), "unknown user").await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    // tokio-postgres quotes the user in its connection string with single quotes.
+    let evil = format!(
+        "host=127.0.0.1 port={} user='x\\' OR usename = \\'scram_user' password=scram_pass dbname={DB}",
+        pooler.port()
+    );
+    let err = refused(&evil, "an injected user name").await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let lookups = "droidpool_auth_query_lookups_total{result=";
+    assert_eq!(
+        metric(&pooler, &format!("{lookups}\"found\"}}")),
+        1,
+        "scram_user once"
+    );
+    assert_eq!(
+        metric(&pooler, &format!("{lookups}\"cached\"}}")),
+        1,
+        "then from the cache"
+    );
+    assert_eq!(metric(&pooler, &format!("{lookups}\"missing\"}}")), 2);
+}

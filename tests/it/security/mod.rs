@@ -1,0 +1,39 @@
+//! Client authentication, TLS on both sides and hardening, through the real binary against
+//! the harness PostgreSQL (roles and passwords: see `support::pg`).
+
+mod auth;
+mod badinput;
+mod leaks;
+mod server_tls;
+mod tls;
+
+use std::path::Path;
+
+use crate::support::Pooler;
+
+/// A userlist.txt line for `user`.
+pub fn userlist_line(user: &str, stored: &str) -> String {
+    format!("\"{user}\" \"{stored}\"\n")
+}
+
+/// Writes `text` to `dir/name` and returns the path as a string for YAML.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write test file");
+    p.display().to_string()
+}
+
+/// The pools `/status` reports, with their server counts.
+pub fn status(pooler: &Pooler) -> serde_json::Value {
+    let (code, body) = pooler.admin_get("/status");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("status is JSON")
+}
+
+/// Connects with `conn`, which must fail; returns the error.
+pub async fn refused(conn: &str, why: &str) -> tokio_postgres::Error {
+    match crate::support::try_connect(conn).await {
+        Ok(_) => panic!("{why}: `{conn}` was accepted"),
+        Err(e) => e,
+    }
+}
