@@ -34,7 +34,7 @@ pub(super) async fn authenticate(
     out: &mut BytesMut,
 ) -> Result<(), ClientError> {
     let cfg = shared.config.load();
-    let method = cfg.auth.method;
+    let method = cfg.auth_method();
     if method == AuthMethod::Trust {
         return Ok(());
     }

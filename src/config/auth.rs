@@ -39,7 +39,10 @@ pub const DEFAULT_AUTH_QUERY: &str = "SELECT usename, passwd FROM pg_shadow WHER
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    pub method: AuthMethod,
+    /// Unset: `trust` on a loopback listen address (or with `allow_trust_on_network`),
+    /// `scram-sha-256` on any other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<AuthMethod>,
     /// Permit `trust` on a non-loopback listen address.
     pub allow_trust_on_network: bool,
     /// PgBouncer `userlist.txt`: `"user" "SCRAM-SHA-256$...|md5...|plaintext"` per line.
@@ -65,7 +68,7 @@ pub struct AuthConfig {
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
-            method: AuthMethod::Trust,
+            method: None,
             allow_trust_on_network: false,
             users_file: None,
             passwords_dir: None,
@@ -80,15 +83,31 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.method != AuthMethod::Trust
+    /// The method in force for clients of a listener on `listen`.
+    pub fn method_on(&self, listen: std::net::IpAddr) -> AuthMethod {
+        self.method
+            .unwrap_or(if listen.is_loopback() || self.allow_trust_on_network {
+                AuthMethod::Trust
+            } else {
+                AuthMethod::ScramSha256
+            })
+    }
+
+    pub fn validate(&self, listen: std::net::IpAddr) -> Result<(), String> {
+        let method = self.method_on(listen);
+        if method != AuthMethod::Trust
             && self.users_file.is_none()
             && self.passwords_dir.is_none()
             && self.auth_user.is_none()
         {
+            let why = if self.method.is_none() {
+                format!(" (the default on the non-loopback address {listen})")
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "auth.method {} needs auth.users_file, auth.passwords_dir or auth.auth_user",
-                self.method.as_str()
+                "auth.method {}{why} needs auth.users_file, auth.passwords_dir or auth.auth_user",
+                method.as_str()
             ));
         }
         if self.auth_user.is_some() && !self.auth_query.contains("$1") {

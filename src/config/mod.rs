@@ -301,6 +301,11 @@ impl Default for LogConfig {
 }
 
 impl Config {
+    /// The client authentication method in force (unset: by the listen address).
+    pub fn auth_method(&self) -> AuthMethod {
+        self.auth.method_on(self.listen.addr)
+    }
+
     /// Parses a YAML document (an empty one gives the defaults).
     pub fn from_yaml(text: &str, path: &std::path::Path) -> Result<Config, ConfigError> {
         if text.trim().is_empty() {
@@ -396,9 +401,11 @@ impl Config {
         if c.max_connections == 0 {
             return bad("client.max_connections must be at least 1".into());
         }
-        self.auth.validate().map_err(ConfigError::Invalid)?;
+        self.auth
+            .validate(self.listen.addr)
+            .map_err(ConfigError::Invalid)?;
         self.tls.validate().map_err(ConfigError::Invalid)?;
-        if self.auth.method == AuthMethod::Trust
+        if self.auth_method() == AuthMethod::Trust
             && !self.listen.addr.is_loopback()
             && !self.auth.allow_trust_on_network
         {
@@ -486,9 +493,23 @@ mod tests {
 
     #[test]
     fn trust_on_network_refused() {
+        // Unset off loopback, the method is scram-sha-256, which needs a credential source.
         let cli = parse(&["--listen-addr", "0.0.0.0"]);
         let err = Config::load(&cli).unwrap_err().to_string();
+        assert!(
+            err.contains("scram-sha-256") && err.contains("users_file"),
+            "{err}"
+        );
+        let load = |yaml: &str| {
+            let cfg = Config::from_yaml(yaml, "x".as_ref()).unwrap();
+            cfg.validate().map(|()| cfg).map_err(|e| e.to_string())
+        };
+        let err = load("listen:\n  addr: 0.0.0.0\nauth:\n  method: trust\n").unwrap_err();
         assert!(err.contains("allow_trust_on_network"), "{err}");
+        let cfg =
+            load("listen:\n  addr: 0.0.0.0\nauth:\n  allow_trust_on_network: true\n").unwrap();
+        assert_eq!(cfg.auth_method(), AuthMethod::Trust);
+        assert_eq!(Config::default().auth_method(), AuthMethod::Trust);
     }
 
     #[test]

@@ -211,11 +211,11 @@ fn client_auth(
     let allow_trust = auth.is_some_and(|a| a.allow_trust_on_network);
     let has_passwords = auth.is_some_and(|a| a.passwords_secret.is_some());
     c.auth.allow_trust_on_network = allow_trust;
-    c.auth.method = match method {
+    c.auth.method = Some(match method {
         crd::AuthMethod::Trust => config::AuthMethod::Trust,
         crd::AuthMethod::Md5 => config::AuthMethod::Md5,
         crd::AuthMethod::ScramSha256 => config::AuthMethod::ScramSha256,
-    };
+    });
     match method {
         crd::AuthMethod::Trust if deployed && !allow_trust => Err(RenderError::TrustOnNetwork),
         crd::AuthMethod::Trust => Ok(()),

@@ -92,7 +92,7 @@ fn sidecar_listens_on_loopback_with_trust_and_admin_on_all() {
     assert_eq!(r.config.pool.size, 10);
     assert!(r.config.listen.addr.is_loopback());
     assert!(r.config.admin.addr.is_unspecified());
-    assert_eq!(r.config.auth.method, config::AuthMethod::Trust);
+    assert_eq!(r.config.auth.method, Some(config::AuthMethod::Trust));
     assert_eq!(r.config.drain.mode, config::DrainMode::WaitForClients);
     // The YAML is what the pooler itself loads, and it loads back to the same config.
     let back = Config::from_yaml(&r.yaml, "cm".as_ref()).unwrap();
@@ -123,7 +123,7 @@ fn deployment_password_auth_needs_the_passwords_secret() {
         RenderError::PasswordsSecretMissing("scram-sha-256")
     );
     let r = render(&deployed(""), 1).unwrap();
-    assert_eq!(r.config.auth.method, config::AuthMethod::ScramSha256);
+    assert_eq!(r.config.auth.method, Some(config::AuthMethod::ScramSha256));
     assert_eq!(
         r.config.auth.passwords_dir.as_deref(),
         Some(CLIENT_PASSWORDS_DIR.as_ref())

@@ -133,9 +133,14 @@ async fn passwords_dir_and_reload() {
     assert_eq!(n, 7, "the connected client stays");
 }
 
+/// Explicit trust on a network address is refused at startup, saying why and what allows it.
 #[tokio::test]
 async fn trust_on_network_refused_at_startup() {
-    let pooler = Pooler::spawn(support::shared(), &["--listen-addr", "0.0.0.0"]);
+    let pooler = Pooler::spawn_with_config(
+        support::shared(),
+        "auth:\n  method: trust\n",
+        &["--listen-addr", "0.0.0.0"],
+    );
     let status = pooler
         .wait_exit(Duration::from_secs(10))
         .expect("the pooler must refuse to start");
@@ -147,7 +152,23 @@ async fn trust_on_network_refused_at_startup() {
     );
 }
 
-/// With scram-sha-256 a network address is fine; the contract's loopback command line still
+/// Unset, the method on a network address is scram-sha-256: with no credential source the
+/// pooler refuses to start and names the settings that would give one.
+#[tokio::test]
+async fn network_default_is_scram_and_needs_credentials() {
+    let pooler = Pooler::spawn(support::shared(), &["--listen-addr", "0.0.0.0"]);
+    let status = pooler
+        .wait_exit(Duration::from_secs(10))
+        .expect("the pooler must refuse to start");
+    assert!(!status.success());
+    let stderr = pooler.stderr();
+    assert!(
+        stderr.contains("scram-sha-256") && stderr.contains("auth.users_file"),
+        "{stderr}"
+    );
+}
+
+/// With scram-sha-256 (the default there) a network address is fine; the contract's loopback command line still
 /// runs with trust (the other suites use it throughout).
 #[tokio::test]
 async fn scram_allowed_on_network() {
@@ -157,9 +178,8 @@ async fn scram_allowed_on_network() {
         "u.txt",
         &userlist_line("scram_user", "scram_pass"),
     );
-    let yaml = format!(
-        "auth:\n  method: scram-sha-256\n  users_file: {users}\nserver:\n  password: scram_pass\n"
-    );
+    // No method set: scram-sha-256 is the default off loopback.
+    let yaml = format!("auth:\n  users_file: {users}\nserver:\n  password: scram_pass\n");
     let pooler = Pooler::start_with_config(support::shared(), &yaml, &["--listen-addr", "0.0.0.0"]);
     let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
     let n: i32 = client.query_one("select 1", &[]).await.unwrap().get(0);
