@@ -62,7 +62,7 @@ step_gameday() {
 
 # Each cargo-fuzz target for a few seconds (compile-only where no nightly toolchain exists).
 step_fuzz() {
-  bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
+  bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-30}"
 }
 
 # The benchmark harness end to end, a few seconds per run (bench/run.sh); it
