@@ -22,7 +22,7 @@ use crate::shared::Shared;
 /// Largest password message accepted (SCRAM messages are about 100 bytes).
 const MAX_AUTH_MESSAGE: usize = scram::MAX_MESSAGE + 64;
 
-/// Authenticates `user` as `auth.method` says. `out` holds what must precede the first
+/// Authenticates `user` as `auth.method` (or the user's entry in `auth.user_methods`) says. `out` holds what must precede the first
 /// request (NegotiateProtocolVersion) and, on success, ends with what follows the exchange
 /// (SASLFinal): the caller appends AuthenticationOk and sends it.
 pub(super) async fn authenticate(
@@ -34,7 +34,7 @@ pub(super) async fn authenticate(
     out: &mut BytesMut,
 ) -> Result<(), ClientError> {
     let cfg = shared.config.load();
-    let method = cfg.auth_method();
+    let method = cfg.auth_method_for(user);
     if method == AuthMethod::Trust {
         return Ok(());
     }

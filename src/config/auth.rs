@@ -43,6 +43,9 @@ pub struct AuthConfig {
     /// `scram-sha-256` on any other.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<AuthMethod>,
+    /// Per-user methods that override `method` (e.g. `legacy_app: md5`, `monitor: trust`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub user_methods: std::collections::BTreeMap<String, AuthMethod>,
     /// Permit `trust` on a non-loopback listen address.
     pub allow_trust_on_network: bool,
     /// PgBouncer `userlist.txt`: `"user" "SCRAM-SHA-256$...|md5...|plaintext"` per line.
@@ -69,6 +72,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
             method: None,
+            user_methods: Default::default(),
             allow_trust_on_network: false,
             users_file: None,
             passwords_dir: None,
@@ -93,13 +97,19 @@ impl AuthConfig {
             })
     }
 
+    /// The method in force for `user` on `listen`: the user's own, else the listener's.
+    pub fn method_for(&self, user: &str, listen: std::net::IpAddr) -> AuthMethod {
+        self.user_methods
+            .get(user)
+            .copied()
+            .unwrap_or_else(|| self.method_on(listen))
+    }
+
     pub fn validate(&self, listen: std::net::IpAddr) -> Result<(), String> {
         let method = self.method_on(listen);
-        if method != AuthMethod::Trust
-            && self.users_file.is_none()
-            && self.passwords_dir.is_none()
-            && self.auth_user.is_none()
-        {
+        let has_source =
+            self.users_file.is_some() || self.passwords_dir.is_some() || self.auth_user.is_some();
+        if method != AuthMethod::Trust && !has_source {
             let why = if self.method.is_none() {
                 format!(" (the default on the non-loopback address {listen})")
             } else {
@@ -109,6 +119,21 @@ impl AuthConfig {
                 "auth.method {}{why} needs auth.users_file, auth.passwords_dir or auth.auth_user",
                 method.as_str()
             ));
+        }
+        for (user, m) in &self.user_methods {
+            if *m != AuthMethod::Trust && !has_source {
+                return Err(format!(
+                    "auth.user_methods.{user}: {} needs auth.users_file, auth.passwords_dir or \
+                     auth.auth_user",
+                    m.as_str()
+                ));
+            }
+            if *m == AuthMethod::Trust && !listen.is_loopback() && !self.allow_trust_on_network {
+                return Err(format!(
+                    "auth.user_methods.{user}: trust on non-loopback address {listen} would let \
+                     anyone on the network in as {user}; set auth.allow_trust_on_network: true"
+                ));
+            }
         }
         if self.auth_user.is_some() && !self.auth_query.contains("$1") {
             return Err("auth.auth_query must take the user name as the parameter $1".into());

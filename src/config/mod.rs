@@ -306,6 +306,11 @@ impl Config {
         self.auth.method_on(self.listen.addr)
     }
 
+    /// The method in force for one user (`auth.user_methods`, else [`Config::auth_method`]).
+    pub fn auth_method_for(&self, user: &str) -> AuthMethod {
+        self.auth.method_for(user, self.listen.addr)
+    }
+
     /// Parses a YAML document (an empty one gives the defaults).
     pub fn from_yaml(text: &str, path: &std::path::Path) -> Result<Config, ConfigError> {
         if text.trim().is_empty() {
@@ -510,6 +515,23 @@ mod tests {
             load("listen:\n  addr: 0.0.0.0\nauth:\n  allow_trust_on_network: true\n").unwrap();
         assert_eq!(cfg.auth_method(), AuthMethod::Trust);
         assert_eq!(Config::default().auth_method(), AuthMethod::Trust);
+        // Per user: trust off loopback is refused by name; other methods need a source.
+        let err = load(
+            "listen:\n  addr: 0.0.0.0\nauth:\n  users_file: /u\n  user_methods:\n    mon: trust\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("user_methods.mon") && err.contains("allow_trust_on_network"),
+            "{err}"
+        );
+        let err = load("auth:\n  user_methods:\n    old: md5\n").unwrap_err();
+        assert!(
+            err.contains("user_methods.old") && err.contains("users_file"),
+            "{err}"
+        );
+        let cfg = load("auth:\n  users_file: /u\n  user_methods:\n    old: md5\n").unwrap();
+        assert_eq!(cfg.auth_method_for("old"), AuthMethod::Md5);
+        assert_eq!(cfg.auth_method_for("new"), AuthMethod::Trust);
     }
 
     #[test]

@@ -238,3 +238,48 @@ async fn auth_query_lookup() {
     );
     assert_eq!(metric(&pooler, &format!("{lookups}\"missing\"}}")), 2);
 }
+
+/// `auth.user_methods` overrides the method per user: `bob` is asked for md5 and `carol` is
+/// trusted while everyone else must pass SCRAM. All log in to PostgreSQL as `droid`.
+#[tokio::test]
+async fn per_user_methods_override_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let verifier = postgres_protocol::password::scram_sha_256(b"alice_pw");
+    let lines = [
+        userlist_line("alice", &verifier),
+        userlist_line("bob", &droid_pool::auth::md5_stored("bob", "bob_pw")),
+        userlist_line("carol", "carol_pw"),
+    ]
+    .concat();
+    let users = write(dir.path(), "userlist.txt", &lines);
+    let yaml = format!(
+        "auth:\n  method: scram-sha-256\n  users_file: {users}\n  user_methods:\n    bob: md5\n    \
+         carol: trust\nserver:\n  user: droid\n"
+    );
+    let pooler = Pooler::start_with_config(support::shared(), &yaml, &[]);
+    let one = |c: tokio_postgres::Client| async move {
+        let n: i32 = c.query_one("select 1", &[]).await.unwrap().get(0);
+        assert_eq!(n, 1);
+    };
+    one(support::connect(&pooler.conn_string_pw("alice", "alice_pw", DB)).await).await;
+    one(support::connect(&pooler.conn_string_pw("bob", "bob_pw", DB)).await).await;
+    // Trusted: any password (or none) is accepted for carol only.
+    one(support::connect(&pooler.conn_string_pw("carol", "not-hers", DB)).await).await;
+    let err = refused(
+        &pooler.conn_string_pw("alice", "not-hers", DB),
+        "alice still needs her password",
+    )
+    .await;
+    assert_eq!(code(&err), "28P01", "{err}");
+    let ok = |m: &str| {
+        metric(
+            &pooler,
+            &format!("droidpool_client_auth_total{{method=\"{m}\",result=\"ok\"}}"),
+        )
+    };
+    assert_eq!(
+        (ok("scram-sha-256"), ok("md5")),
+        (1, 1),
+        "bob went through md5, alice through SCRAM"
+    );
+}
