@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use super::{refused, status, userlist_line, write};
+use super::{refused, refused_at_startup, status, userlist_line, write};
 use crate::core::code;
+use crate::support::metrics::metric_or_zero;
 use crate::support::{self, Pooler, DB};
 
 /// A pooler requiring SCRAM, knowing `scram_user` by a SCRAM verifier from the users file and
@@ -51,13 +52,15 @@ async fn scram_login_and_wrong_password() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "scram_user");
-    let series = "droidpool_client_auth_total{method=\"scram-sha-256\",result=";
-    assert_eq!(
-        metric(&pooler, &format!("{series}\"failed\"}}")),
-        2,
-        "failures counted"
-    );
-    assert_eq!(metric(&pooler, &format!("{series}\"ok\"}}")), 1);
+    let auth = |result| {
+        metric(
+            &pooler,
+            "droidpool_client_auth_total",
+            &[("method", "scram-sha-256"), ("result", result)],
+        )
+    };
+    assert_eq!(auth("failed"), 2.0, "failures counted");
+    assert_eq!(auth("ok"), 1.0);
 }
 
 #[tokio::test]
@@ -136,16 +139,7 @@ async fn passwords_dir_and_reload() {
 /// Explicit trust on a network address is refused at startup, saying why and what allows it.
 #[tokio::test]
 async fn trust_on_network_refused_at_startup() {
-    let pooler = Pooler::spawn_with_config(
-        support::shared(),
-        "auth:\n  method: trust\n",
-        &["--listen-addr", "0.0.0.0"],
-    );
-    let status = pooler
-        .wait_exit(Duration::from_secs(10))
-        .expect("the pooler must refuse to start");
-    assert!(!status.success());
-    let stderr = pooler.stderr();
+    let stderr = refused_at_startup("auth:\n  method: trust\n", &["--listen-addr", "0.0.0.0"]);
     assert!(
         stderr.contains("trust") && stderr.contains("allow_trust_on_network"),
         "{stderr}"
@@ -156,20 +150,15 @@ async fn trust_on_network_refused_at_startup() {
 /// pooler refuses to start and names the settings that would give one.
 #[tokio::test]
 async fn network_default_is_scram_and_needs_credentials() {
-    let pooler = Pooler::spawn(support::shared(), &["--listen-addr", "0.0.0.0"]);
-    let status = pooler
-        .wait_exit(Duration::from_secs(10))
-        .expect("the pooler must refuse to start");
-    assert!(!status.success());
-    let stderr = pooler.stderr();
+    let stderr = refused_at_startup("", &["--listen-addr", "0.0.0.0"]);
     assert!(
         stderr.contains("scram-sha-256") && stderr.contains("auth.users_file"),
         "{stderr}"
     );
 }
 
-/// With scram-sha-256 (the default there) a network address is fine; the contract's loopback command line still
-/// runs with trust (the other suites use it throughout).
+/// With scram-sha-256 (the default there) a network address is fine; the contract's
+/// loopback command line still runs with trust (the other suites use it throughout).
 #[tokio::test]
 async fn scram_allowed_on_network() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,12 +175,9 @@ async fn scram_allowed_on_network() {
     assert_eq!(n, 1);
 }
 
-/// Metric value of a full series line (`name{labels}`), 0 if absent.
-fn metric(pooler: &Pooler, series: &str) -> u64 {
-    let body = pooler.admin_get("/metrics").1;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
+/// The sum of `name`'s samples with `labels` (0 if none), read straight from /metrics.
+fn metric(pooler: &Pooler, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric_or_zero(&pooler.admin_get("/metrics").1, name, labels)
 }
 
 /// auth_query: users missing from the files are looked up as the auth user with the name
@@ -225,18 +211,16 @@ async fn auth_query_lookup() {
     );
     let err = refused(&evil, "an injected user name").await;
     assert_eq!(code(&err), "28P01", "{err}");
-    let lookups = "droidpool_auth_query_lookups_total{result=";
-    assert_eq!(
-        metric(&pooler, &format!("{lookups}\"found\"}}")),
-        1,
-        "scram_user once"
-    );
-    assert_eq!(
-        metric(&pooler, &format!("{lookups}\"cached\"}}")),
-        1,
-        "then from the cache"
-    );
-    assert_eq!(metric(&pooler, &format!("{lookups}\"missing\"}}")), 2);
+    let lookups = |result| {
+        metric(
+            &pooler,
+            "droidpool_auth_query_lookups_total",
+            &[("result", result)],
+        )
+    };
+    assert_eq!(lookups("found"), 1.0, "scram_user once");
+    assert_eq!(lookups("cached"), 1.0, "then from the cache");
+    assert_eq!(lookups("missing"), 2.0);
 }
 
 /// `auth.user_methods` overrides the method per user: `bob` is asked for md5 and `carol` is
@@ -271,15 +255,16 @@ async fn per_user_methods_override_the_default() {
     )
     .await;
     assert_eq!(code(&err), "28P01", "{err}");
-    let ok = |m: &str| {
+    let ok = |m| {
         metric(
             &pooler,
-            &format!("droidpool_client_auth_total{{method=\"{m}\",result=\"ok\"}}"),
+            "droidpool_client_auth_total",
+            &[("method", m), ("result", "ok")],
         )
     };
     assert_eq!(
         (ok("scram-sha-256"), ok("md5")),
-        (1, 1),
+        (1.0, 1.0),
         "bob went through md5, alice through SCRAM"
     );
 }

@@ -11,6 +11,16 @@ use std::path::Path;
 
 use crate::support::Pooler;
 
+/// Starts a pooler that must refuse to start (exiting non-zero); returns its stderr.
+pub fn refused_at_startup(yaml: &str, args: &[&str]) -> String {
+    let pooler = Pooler::spawn_with_config(crate::support::shared(), yaml, args);
+    let status = pooler
+        .wait_exit(std::time::Duration::from_secs(10))
+        .expect("the pooler must refuse to start");
+    assert!(!status.success(), "exit {status}");
+    pooler.stderr()
+}
+
 /// A userlist.txt line for `user`.
 pub fn userlist_line(user: &str, stored: &str) -> String {
     format!("\"{user}\" \"{stored}\"\n")

@@ -136,12 +136,7 @@ async fn rotation_keeps_connected_clients() {
 #[tokio::test]
 async fn missing_certificate_refused_at_startup() {
     let yaml = "tls:\n  client:\n    cert_file: /nonexistent/tls.crt\n    key_file: /nonexistent/tls.key\n";
-    let p = Pooler::spawn_with_config(support::shared(), yaml, &[]);
-    let status = p
-        .wait_exit(Duration::from_secs(10))
-        .expect("the pooler must refuse to start");
-    assert!(!status.success());
-    let stderr = p.stderr();
+    let stderr = super::refused_at_startup(yaml, &[]);
     assert!(stderr.contains("/nonexistent/tls.crt"), "{stderr}");
 }
 
