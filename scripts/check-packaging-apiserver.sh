@@ -17,11 +17,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/shared.sh
+source scripts/lib/shared.sh
 KUBECTL=$ROOT/target/k8s-bin/kubectl
 PY=$ROOT/target/k8s-venv/bin/python
 OUT=$ROOT/target/packaging
 RUN=$OUT/apiserver
-TOOLS=$ROOT/../shared/tools/kube-apiserver
+TOOLS=$DROID_POOL_SHARED/tools/kube-apiserver
 
 die() {
   echo "check-packaging: FAIL: $*" >&2

@@ -20,14 +20,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+# shellcheck source=scripts/lib/shared.sh
+source scripts/lib/shared.sh
 
 bash scripts/ensure-k8s-tools.sh
 VENV=$ROOT/target/k8s-venv
 PY=$VENV/bin/python
 HELM=$ROOT/target/k8s-bin/helm
 KUBECTL=$ROOT/target/k8s-bin/kubectl
-VALIDATE_CRS=$ROOT/../shared/tools/validate_crs.py
-CHAOS_CRD=$ROOT/../shared/reference/chaos-mesh-networkchaos-crd.yaml
+VALIDATE_CRS=$DROID_POOL_SHARED/tools/validate_crs.py
+CHAOS_CRD=$DROID_POOL_SHARED/reference/chaos-mesh-networkchaos-crd.yaml
 CRD=deploy/crds/poolconfig.yaml
 CHART=charts/droid-pool
 OUT=target/packaging

@@ -9,6 +9,8 @@
 # Prints nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib/shared.sh
+source scripts/lib/shared.sh
 
 VENV=target/k8s-venv
 BIN=target/k8s-bin
@@ -34,7 +36,7 @@ if [[ ! -x $VENV/bin/python || ! -f $stamp || $(cat "$stamp") != "${PY_PACKAGES[
 fi
 
 if [[ ! -x $BIN/helm || ! -x $BIN/kubectl ]]; then
-  get_helm=../shared/tools/get-helm.sh
+  get_helm=$DROID_POOL_SHARED/tools/get-helm.sh
   if [[ ! -f $get_helm ]]; then
     log "missing $get_helm (the shared tools beside the repository): cannot install helm"
     exit 1
@@ -44,7 +46,7 @@ if [[ ! -x $BIN/helm || ! -x $BIN/kubectl ]]; then
 fi
 # A real kube-apiserver (1.20, built from Debian's source package) and etcd, for the checks
 # that need an API server; the first build takes 4-10 minutes, later runs find it cached.
-build=../shared/tools/kube-apiserver/build.sh
+build=$DROID_POOL_SHARED/tools/kube-apiserver/build.sh
 if [[ ! -f $build ]]; then
   log "missing $build (the shared tools beside the repository)"
   exit 1

@@ -7,6 +7,8 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib/shared.sh
+source scripts/lib/shared.sh
 
 # --- steps: one function each, listed in STEPS below --------------------------
 step_deps() {
@@ -37,9 +39,9 @@ step_crd() {
 # package by the shared script (minutes cold, instant when cached). A failed build fails CI
 # here, loudly; the operator tests would fail too (they never skip).
 step_kube_apiserver() {
-  local tools=${DROID_POOL_KAPI_TOOLS:-../shared/tools/kube-apiserver}
+  local tools=${DROID_POOL_KAPI_TOOLS:-$DROID_POOL_SHARED/tools/kube-apiserver}
   if [[ ! -f $tools/build.sh ]]; then
-    echo "kube-apiserver: $tools/build.sh not found (set DROID_POOL_KAPI_TOOLS)" >&2
+    echo "kube-apiserver: $tools/build.sh not found (set DROID_POOL_SHARED or DROID_POOL_KAPI_TOOLS)" >&2
     return 1
   fi
   bash "$tools/build.sh" | tail -n 1

@@ -31,11 +31,24 @@ pub fn kubeconfig() -> &'static Path {
 }
 
 fn tools() -> PathBuf {
-    std::env::var_os("DROID_POOL_KAPI_TOOLS")
+    // As scripts/lib/shared.sh: the variables, else ../shared beside the repository, else
+    // /work/shared (the CI machine's, when the repository is cloned elsewhere).
+    if let Some(t) = std::env::var_os("DROID_POOL_KAPI_TOOLS") {
+        return PathBuf::from(t);
+    }
+    let shared = std::env::var_os("DROID_POOL_SHARED")
+        .filter(|s| !s.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/kube-apiserver")
+        .or_else(|| {
+            [
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+                PathBuf::from("/work/shared"),
+            ]
+            .into_iter()
+            .find(|p| p.join("tools").is_dir())
         })
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    shared.join("tools/kube-apiserver")
 }
 
 fn free_port() -> u16 {
