@@ -58,6 +58,13 @@ impl Params {
     }
 }
 
+/// A client's settings by identity (see [`ClientParams::key`]).
+#[derive(Debug, Clone)]
+pub struct SettingsKey {
+    base: std::sync::Arc<Params>,
+    overrides: Params,
+}
+
 /// A client's session settings: the pool's startup values, shared by every client of the
 /// pool, plus the few this client set differently (so an idle client costs little).
 #[derive(Debug, Clone, Default)]
@@ -76,6 +83,20 @@ impl ClientParams {
 
     pub fn get(&self, name: &str) -> Option<&str> {
         self.overrides.get(name).or_else(|| self.base.get(name))
+    }
+
+    /// What identifies these settings, to remember that a server already has them.
+    pub fn key(&self) -> SettingsKey {
+        SettingsKey {
+            base: self.base.clone(),
+            overrides: self.overrides.clone(),
+        }
+    }
+
+    /// Whether these are the settings `key` was taken from: the same shared startup values
+    /// (a pointer compare) and the same few overrides.
+    pub fn has_key(&self, key: &SettingsKey) -> bool {
+        std::sync::Arc::ptr_eq(&self.base, &key.base) && self.overrides == key.overrides
     }
 
     pub fn set(&mut self, name: &str, value: &str) {

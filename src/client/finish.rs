@@ -57,7 +57,7 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
             match f.tag {
                 backend::PARAMETER_STATUS_TAG => {
                     if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
-                        conn.params.set(k, v);
+                        conn.set_param(k, v);
                     }
                 }
                 backend::ERROR_RESPONSE_TAG => {

@@ -2,6 +2,8 @@
 //! expected-reply queue, the pooler's own answers are put in their place, and the server goes
 //! back to the pool at the boundary the pool mode sets.
 
+use std::time::Instant;
+
 use bytes::{Bytes, BytesMut};
 
 use super::error::{error_fields, ClientError};
@@ -27,6 +29,7 @@ impl Session<'_> {
     pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
         self.flush_server().await?;
         self.maybe_release();
+        self.ready_at = None;
         if self.tracking {
             self.count_kept();
         }
@@ -41,7 +44,10 @@ impl Session<'_> {
         let m = &self.shared.metrics.clients;
         m.queries.inc();
         if let Some(since) = self.request_since.take() {
-            m.query_seconds.observe(since.elapsed().as_secs_f64());
+            let now = Instant::now();
+            m.query_seconds
+                .observe(now.saturating_duration_since(since).as_secs_f64());
+            self.ready_at = Some(now);
         }
     }
 
@@ -82,7 +88,7 @@ impl Session<'_> {
                 b::PARAMETER_STATUS_TAG => {
                     let (k, v) = b::parse_parameter_status(&msg[frame::HEADER_LEN..])
                         .map_err(|e| ClientError::ServerLost(e.to_string()))?;
-                    srv.params.set(k, v);
+                    srv.set_param(k, v);
                     // The client changed it (SET): it is the client's value now.
                     self.params.set(k, v);
                 }

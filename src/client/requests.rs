@@ -54,8 +54,13 @@ impl Session<'_> {
                 self.skipping = false;
             }
             if self.server.is_none() && self.needs_server(tag, &self.cbuf[..total])? {
-                // Boxed: the checkout future is large and only lives while waiting for a server.
-                if let Err(e) = Box::pin(self.acquire()).await {
+                // Boxed: the checkout future is large and only lives while waiting for a server
+                // or syncing one.
+                let res = match self.acquire_now() {
+                    Ok(()) => Ok(()),
+                    Err(taken) => Box::pin(self.acquire(taken)).await,
+                };
+                if let Err(e) = res {
                     match e {
                         ClientError::Pool(pe) => {
                             self.cbuf.advance(total);

@@ -1,11 +1,13 @@
 //! A logged-in client's session: waits for requests, takes a server when one is needed,
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::net::ClientStream;
 
@@ -34,6 +36,13 @@ enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
     Abort,
+}
+
+/// What [`Session::acquire_now`] leaves for the waiting path.
+pub(super) struct Taken {
+    started: Instant,
+    /// A server taken at once that still needs a sync.
+    conn: Option<Server>,
 }
 
 pub struct Session<'a> {
@@ -76,6 +85,9 @@ pub struct Session<'a> {
     /// When the held server was taken, and when the request in flight was sent.
     pub(super) held_since: Option<Instant>,
     pub(super) request_since: Option<Instant>,
+    /// When the last ReadyForQuery was handled, within the current step only (so a release
+    /// right after it reuses that clock read).
+    pub(super) ready_at: Option<Instant>,
     /// Kept statements already counted in the gauge.
     pub(super) kept_counted: usize,
 }
@@ -112,6 +124,7 @@ impl<'a> Session<'a> {
             _member: login.pool.attach(),
             held_since: None,
             request_since: None,
+            ready_at: None,
             kept_counted: 0,
             shared,
         }
@@ -178,8 +191,11 @@ impl<'a> Session<'a> {
     /// Relays client and server traffic until the client holds no server and has nothing
     /// buffered (or leaves).
     async fn round(&mut self) -> Result<Flow, ClientError> {
+        // One waiter registration for the whole round rather than one per event.
+        let abort = self.shared.lifecycle.abort.clone().cancelled_owned();
+        tokio::pin!(abort);
         loop {
-            match self.next_event().await {
+            match self.next_event(abort.as_mut()).await {
                 Event::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
@@ -215,8 +231,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn next_event(&mut self) -> Event {
-        let abort = &self.shared.lifecycle.abort;
+    async fn next_event(&mut self, abort: Pin<&mut WaitForCancellationFutureOwned>) -> Event {
         match self.server.as_mut() {
             Some(srv) => {
                 if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
@@ -225,20 +240,52 @@ impl<'a> Session<'a> {
                 tokio::select! {
                     r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
                     r = srv.stream.read_buf(&mut srv.rbuf) => Event::Server(r),
-                    _ = abort.cancelled() => Event::Abort,
+                    _ = abort => Event::Abort,
                 }
             }
             None => tokio::select! {
                 r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
-                _ = abort.cancelled() => Event::Abort,
+                _ = abort => Event::Abort,
             },
         }
     }
 
     /// Takes a server from the pool, still noticing if the client leaves meanwhile, and
     /// brings its session settings in line with the client's.
-    pub(super) async fn acquire(&mut self) -> Result<(), ClientError> {
+    /// The common case without a future: an idle server that already has this client's
+    /// settings, taken at once. Otherwise hands [`Session::acquire`] what it needs: the
+    /// clock read, and the server taken if it only needs a sync.
+    pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
         let started = Instant::now();
+        if self.shared.lifecycle.is_paused() {
+            return Err(Taken {
+                started,
+                conn: None,
+            });
+        }
+        match self.pool.try_checkout(started) {
+            Some(conn) if conn.in_sync_with(&self.params) => {
+                self.shared.metrics.clients.wait_seconds.observe(0.0);
+                self.hold(conn, started);
+                Ok(())
+            }
+            conn => Err(Taken { started, conn }),
+        }
+    }
+
+    /// Takes a server from the pool (or finishes with the one `taken` holds), waiting if need
+    /// be, still noticing if the client leaves meanwhile, and brings its session settings in
+    /// line with the client's.
+    pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
+        let Taken { started, conn } = taken;
+        let conn = match conn {
+            Some(c) => c,
+            None => self.wait_for_server().await?,
+        };
+        self.sync_and_hold(conn, started).await
+    }
+
+    async fn wait_for_server(&mut self) -> Result<Server, ClientError> {
         // PAUSE holds new transactions (running ones finish); a client leaving is still seen.
         let l = self.shared.lifecycle.clone();
         while l.is_paused() {
@@ -254,16 +301,23 @@ impl<'a> Session<'a> {
         let pool = self.pool.clone();
         let checkout = pool.checkout();
         tokio::pin!(checkout);
-        let mut conn = loop {
+        loop {
             tokio::select! {
-                r = &mut checkout => break r?,
+                r = &mut checkout => return Ok(r?),
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
                     }
                 }
             }
-        };
+        }
+    }
+
+    async fn sync_and_hold(
+        &mut self,
+        mut conn: Server,
+        started: Instant,
+    ) -> Result<(), ClientError> {
         if let Err(e) = self.sync_settings(&mut conn).await {
             match e {
                 ClientError::Rejected(_) => self.pool.checkin(conn),
@@ -277,7 +331,15 @@ impl<'a> Session<'a> {
             .clients
             .wait_seconds
             .observe(now.duration_since(started).as_secs_f64());
+        self.hold(conn, now);
+        Ok(())
+    }
+
+    /// Starts holding a server taken (and synced) at `now`.
+    fn hold(&mut self, conn: Server, now: Instant) {
         self.held_since = Some(now);
+        // The first request goes out right after: one clock read serves both.
+        self.request_since = Some(now);
         self.shared.events.client_uses_server(self.id, conn.id);
         self.cancel.set(conn.addr, conn.key, conn.id);
         // A reloaded mode applies from this transaction on; tracking switches only while the
@@ -292,15 +354,19 @@ impl<'a> Session<'a> {
         self.release_due = false;
         self.batch_clean = true;
         self.server = Some(conn);
-        Ok(())
     }
 
-    pub(super) fn count_transaction(&mut self) {
+    /// Counts the transaction that ends now; returns the clock read it used.
+    pub(super) fn count_transaction(&mut self) -> Instant {
+        // A ReadyForQuery handled in this same step already read the clock.
+        let now = self.ready_at.take().unwrap_or_else(Instant::now);
         if let Some(since) = self.held_since.take() {
             let m = &self.shared.metrics.clients;
             m.transactions.inc();
-            m.transaction_seconds.observe(since.elapsed().as_secs_f64());
+            m.transaction_seconds
+                .observe(now.saturating_duration_since(since).as_secs_f64());
         }
+        now
     }
 
     /// Brings the kept-statements gauge up to date with this session's count.
@@ -315,11 +381,11 @@ impl<'a> Session<'a> {
 
     /// Gives the server back at a transaction boundary.
     pub(super) fn release(&mut self) {
-        self.count_transaction();
+        let now = self.count_transaction();
         if let Some(conn) = self.server.take() {
             self.shared.events.client_released_server(self.id, conn.id);
             self.cancel.clear();
-            self.pool.checkin(conn);
+            self.pool.checkin_at(conn, now);
         }
     }
 

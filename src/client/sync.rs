@@ -13,7 +13,11 @@ impl Session<'_> {
     /// the client's runs with the wrong settings. A setting the server rejects ends the session
     /// with the server's own error, as a direct login with that setting would.
     pub(super) async fn sync_settings(&mut self, conn: &mut Server) -> Result<(), ClientError> {
-        let Some(sql) = self.params.sync_sql(&conn.params, &conn.applied) else {
+        if conn.in_sync_with(&self.params) {
+            return Ok(());
+        }
+        let Some(sql) = self.params.sync_sql(conn.params(), &conn.applied) else {
+            conn.set_in_sync(&self.params);
             return Ok(());
         };
         let lost = |e: String| ClientError::ServerLost(e);
@@ -29,7 +33,7 @@ impl Session<'_> {
             match f.tag {
                 backend::PARAMETER_STATUS_TAG => {
                     if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
-                        conn.params.set(k, v);
+                        conn.set_param(k, v);
                         // The server's spelling of the value is what the client now has.
                         self.params.set(k, v);
                     }
@@ -46,7 +50,7 @@ impl Session<'_> {
             tracing::info!(client = self.id, code = %fields.code, "a client setting was rejected by the server");
             return Err(ClientError::Rejected(Box::new(fields)));
         }
-        conn.applied = self.params.unreported(&conn.params);
+        conn.applied = self.params.unreported(conn.params());
         Ok(())
     }
 }

@@ -55,8 +55,17 @@ impl Pool {
     /// Starts logins while live waiters outnumber logins in flight, within `max_connecting`
     /// and the pool's capacity.
     pub(super) fn spawn_connects(&self, st: &mut PoolState) {
-        let waiting = st.waiters.iter().filter(|w| !w.is_closed()).count();
-        let limit = waiting.min(self.inner.backend.max_connecting.max(1));
+        let max = self.inner.backend.max_connecting.max(1);
+        // Checked first: a full pool with a long queue must not scan the queue per arrival.
+        if st.connecting >= max || self.inner.capacity.available_permits() == 0 {
+            return;
+        }
+        let limit = st
+            .waiters
+            .iter()
+            .filter(|w| !w.is_closed())
+            .take(max)
+            .count();
         while st.connecting < limit {
             let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
                 return;
@@ -220,7 +229,7 @@ impl Pool {
                 {
                     let mut st = self.lock();
                     if st.startup_params.is_none() {
-                        st.startup_params = Some(Arc::new(conn.params.clone()));
+                        st.startup_params = Some(Arc::new(conn.params().clone()));
                     }
                 }
                 self.checkin(Box::new(conn));

@@ -333,22 +333,36 @@ impl Pool {
             .unwrap_or_else(|| Arc::new(Params::default())))
     }
 
+    /// Takes a usable idle server without waiting, if there is one. `now`: the caller's clock.
+    pub fn try_checkout(&self, now: Instant) -> Option<Server> {
+        let round_robin = self.settings().round_robin;
+        let mut st = self.lock();
+        self.take_idle(&mut st, round_robin, now)
+    }
+
+    fn take_idle(&self, st: &mut PoolState, round_robin: bool, now: Instant) -> Option<Server> {
+        while let Some(conn) = pop_idle(st, round_robin) {
+            if conn.is_expired(now) || !conn.is_usable_idle() {
+                self.close(conn);
+                continue;
+            }
+            return Some(conn);
+        }
+        None
+    }
+
     /// Takes an idle server, or waits (bounded in count and time) for one.
     pub async fn checkout(&self) -> Result<Server, PoolError> {
+        let settings = self.settings();
         let rx = {
             let mut st = self.lock();
-            let now = Instant::now();
-            while let Some(conn) = self.pop_idle(&mut st) {
-                if conn.is_expired(now) || !conn.is_usable_idle() {
-                    self.close(conn);
-                    continue;
-                }
+            if let Some(conn) = self.take_idle(&mut st, settings.round_robin, Instant::now()) {
                 return Ok(conn);
             }
             if let Some(e) = self.circuit_open(&mut st) {
                 return Err(e);
             }
-            let max_waiting = self.settings().max_waiting;
+            let max_waiting = settings.max_waiting;
             if st.waiters.len() >= max_waiting {
                 st.waiters.retain(|w| !w.is_closed());
                 if st.waiters.len() >= max_waiting {
@@ -366,7 +380,7 @@ impl Pool {
             self.spawn_connects(&mut st);
             rx
         };
-        let wait = self.settings().query_wait_timeout;
+        let wait = settings.query_wait_timeout;
         let res = if wait.is_zero() {
             rx.await
         } else {
@@ -383,17 +397,13 @@ impl Pool {
         res.unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
     }
 
-    fn pop_idle(&self, st: &mut PoolState) -> Option<Server> {
-        if self.settings().round_robin {
-            st.idle.pop_front()
-        } else {
-            st.idle.pop_back()
-        }
+    /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
+    pub fn checkin(&self, conn: Server) {
+        self.checkin_at(conn, Instant::now());
     }
 
-    /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
-    pub fn checkin(&self, mut conn: Server) {
-        let now = Instant::now();
+    /// As [`Pool::checkin`], with the caller's clock read.
+    pub fn checkin_at(&self, mut conn: Server, now: Instant) {
         let over = self.inner.debt.load(Ordering::Relaxed) > 0;
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
             self.close(conn);
@@ -444,6 +454,14 @@ impl Pool {
             .lifetime
             .mul_f64(s.lifetime_jitter * rand::thread_rng().gen::<f64>());
         Some(Instant::now() + s.lifetime + jitter)
+    }
+}
+
+fn pop_idle(st: &mut PoolState, round_robin: bool) -> Option<Server> {
+    if round_robin {
+        st.idle.pop_front()
+    } else {
+        st.idle.pop_back()
     }
 }
 

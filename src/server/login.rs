@@ -58,6 +58,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         stream,
         rbuf: BytesMut::with_capacity(8192),
         params: Params::default(),
+        in_sync: None,
         applied: Params::default(),
         key: (0, 0),
         addr,
@@ -77,7 +78,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         match f.tag {
             backend::PARAMETER_STATUS_TAG => {
                 let (k, v) = backend::parse_parameter_status(f.body())?;
-                conn.params.set(k, v);
+                conn.set_param(k, v);
             }
             backend::BACKEND_KEY_DATA_TAG => conn.key = backend::parse_backend_key(f.body())?,
             backend::READY_FOR_QUERY_TAG => return Ok(conn),

@@ -14,7 +14,7 @@ use bytes::BytesMut;
 use thiserror::Error;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::params::Params;
+use crate::params::{ClientParams, Params, SettingsKey};
 use crate::prepared::ServerStatements;
 use crate::protocol::backend::ErrorFields;
 use crate::protocol::{sqlstate, FrameError, ParseError};
@@ -94,8 +94,12 @@ pub struct ServerConn {
     pub stream: crate::net::ServerStream,
     /// Bytes read from the server and not yet handled.
     pub rbuf: BytesMut,
-    /// Values the server last reported with ParameterStatus.
-    pub params: Params,
+    /// Values the server last reported with ParameterStatus (written through
+    /// [`ServerConn::set_param`], which keeps `in_sync` honest).
+    params: Params,
+    /// The client settings these parameters were last found to need no sync for (with
+    /// nothing applied); cleared by any reported change.
+    in_sync: Option<SettingsKey>,
     /// Settings a client sync applied that the server does not report.
     pub applied: Params,
     /// The server's BackendKeyData, for forwarding cancels.
@@ -114,6 +118,30 @@ pub struct ServerConn {
 }
 
 impl ServerConn {
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Records a ParameterStatus from the server.
+    pub fn set_param(&mut self, name: &str, value: &str) {
+        self.params.set(name, value);
+        self.in_sync = None;
+    }
+
+    /// Whether a client with `client`'s settings needs no sync here: an earlier check found
+    /// none needed for the same settings and nothing reported since has changed. Saves
+    /// comparing every setting on each checkout.
+    pub fn in_sync_with(&self, client: &ClientParams) -> bool {
+        self.applied.is_empty() && self.in_sync.as_ref().is_some_and(|k| client.has_key(k))
+    }
+
+    /// Remembers that a client with `client`'s settings needed no sync here.
+    pub fn set_in_sync(&mut self, client: &ClientParams) {
+        if self.applied.is_empty() {
+            self.in_sync = Some(client.key());
+        }
+    }
+
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expires.is_some_and(|e| now >= e)
     }
