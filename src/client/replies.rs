@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{error_fields, ClientError};
 use super::session::Session;
@@ -61,21 +61,39 @@ impl Session<'_> {
     /// Handles every whole message buffered from the server (no I/O): forwarded messages and
     /// the pooler's own answers go to the client buffer in order.
     pub(super) fn drain_server(&mut self) -> Result<(), ClientError> {
+        const HELD: &str = "server messages are handled only while a server is held";
+        // Messages are handled in place and the buffer advanced once: no split per message.
+        // The buffer is lent out meanwhile (the handling needs the session mutably) and is
+        // put back on every path, so `finish` sees what is left of it.
+        let mut rbuf = std::mem::take(&mut self.server.as_mut().expect(HELD).rbuf);
+        // Room for everything forwarded, in one reservation rather than growth by doubling.
+        self.cout.reserve(rbuf.len());
+        let mut done = 0;
+        let res = self.drain_messages(&rbuf, &mut done);
+        rbuf.advance(done);
+        self.server.as_mut().expect(HELD).rbuf = rbuf;
+        res
+    }
+
+    /// Handles the whole messages of `buf` from `done` on, advancing `done` past each.
+    fn drain_messages(&mut self, buf: &[u8], done: &mut usize) -> Result<(), ClientError> {
         loop {
             let srv = self
                 .server
                 .as_mut()
                 .expect("server messages are handled only while a server is held");
-            let total = match frame::complete_len(&srv.rbuf, SERVER_MAX_MESSAGE) {
+            let rest = &buf[*done..];
+            let total = match frame::complete_len(rest, SERVER_MAX_MESSAGE) {
                 Ok(Some(t)) => t,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(ClientError::ServerLost(e.to_string())),
             };
-            let msg = srv.rbuf.split_to(total);
+            let msg = &rest[..total];
+            *done += total;
             let tag = msg[0];
             let mut step = if tag == b::ERROR_RESPONSE_TAG {
                 let held = match srv.replies.front() {
-                    Some(Owed::TrackedBind { id }) => self.retry.hold(*id, &msg),
+                    Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),
                     _ => false,
                 };
                 let mut step = srv.replies.on_error(&mut self.skipped);
@@ -157,12 +175,12 @@ impl Session<'_> {
                 match substitute {
                     Some(own) => self.cout.extend_from_slice(&own),
                     None if failed && self.tracking => {
-                        match super::tracking::unrename_error(&msg, self.id) {
+                        match super::tracking::unrename_error(msg, self.id) {
                             Some(m) => self.cout.extend_from_slice(&m),
-                            None => self.cout.extend_from_slice(&msg),
+                            None => self.cout.extend_from_slice(msg),
                         }
                     }
-                    None => self.cout.extend_from_slice(&msg),
+                    None => self.cout.extend_from_slice(msg),
                 }
                 if step.ready {
                     self.count_query();

@@ -1,7 +1,7 @@
 //! Client → server: each whole message the client sent is forwarded, rewritten, or answered
 //! by the pooler, and what the server will owe for it is queued.
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 
 use super::error::ClientError;
 use super::session::{Flow, Session};
@@ -71,8 +71,17 @@ impl Session<'_> {
                     }
                 }
             }
-            let msg = self.cbuf.split_to(total);
-            self.on_request(tag, msg)?;
+            // Handled in place (no split of the buffer per message): the buffer is lent out
+            // for the call, which needs the session mutably.
+            let cbuf = std::mem::take(&mut self.cbuf);
+            if self.sout.capacity() == 0 {
+                // Room for this batch in one allocation rather than growth by doubling.
+                self.sout.reserve(cbuf.len());
+            }
+            let res = self.on_request(tag, &cbuf[..total]);
+            self.cbuf = cbuf;
+            self.cbuf.advance(total);
+            res?;
         }
         self.finish_round().await?;
         Ok(Flow::Continue)
@@ -110,28 +119,28 @@ impl Session<'_> {
         })
     }
 
-    fn on_request(&mut self, tag: u8, msg: BytesMut) -> Result<(), ClientError> {
+    fn on_request(&mut self, tag: u8, msg: &[u8]) -> Result<(), ClientError> {
         let held = self.server.is_some();
         match tag {
-            f::QUERY_TAG => self.forward(&msg, Request::Query),
-            f::FUNCTION_CALL_TAG => self.forward(&msg, Request::Query),
-            f::SYNC_TAG if held => self.forward(&msg, Request::Sync),
+            f::QUERY_TAG => self.forward(msg, Request::Query),
+            f::FUNCTION_CALL_TAG => self.forward(msg, Request::Query),
+            f::SYNC_TAG if held => self.forward(msg, Request::Sync),
             f::SYNC_TAG => {
                 // Nothing of this batch reached a server: the pool answers the Sync itself.
                 backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
             }
             f::FLUSH_TAG | f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
-                self.sout.extend_from_slice(&msg);
-                self.retry.record(&msg, None);
+                self.sout.extend_from_slice(msg);
+                self.retry.record(msg, None);
             }
-            f::EXECUTE_TAG => self.forward(&msg, Request::Execute),
+            f::EXECUTE_TAG => self.forward(msg, Request::Execute),
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
-                self.on_tracked(tag, &msg)?
+                self.on_tracked(tag, msg)?
             }
-            f::PARSE_TAG => self.forward(&msg, Request::Parse),
-            f::BIND_TAG => self.forward(&msg, Request::Bind),
-            f::DESCRIBE_TAG => self.forward(&msg, Request::Describe),
-            f::CLOSE_TAG => self.forward(&msg, Request::Close),
+            f::PARSE_TAG => self.forward(msg, Request::Parse),
+            f::BIND_TAG => self.forward(msg, Request::Bind),
+            f::DESCRIBE_TAG => self.forward(msg, Request::Describe),
+            f::CLOSE_TAG => self.forward(msg, Request::Close),
             _ => {}
         }
         Ok(())

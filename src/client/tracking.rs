@@ -40,7 +40,7 @@ impl Session<'_> {
         })
     }
 
-    pub(super) fn on_tracked(&mut self, tag: u8, msg: &BytesMut) -> Result<(), ClientError> {
+    pub(super) fn on_tracked(&mut self, tag: u8, msg: &[u8]) -> Result<(), ClientError> {
         match tag {
             f::PARSE_TAG => self.tracked_parse(msg)?,
             f::BIND_TAG => {
@@ -83,7 +83,7 @@ impl Session<'_> {
         }
     }
 
-    fn tracked_parse(&mut self, msg: &BytesMut) -> Result<(), ClientError> {
+    fn tracked_parse(&mut self, msg: &[u8]) -> Result<(), ClientError> {
         let span = f::parse_statement(msg).map_err(malformed)?;
         if span.len == 0 {
             self.forward(msg, Request::Parse);
@@ -128,7 +128,7 @@ impl Session<'_> {
 
     /// Bind or Describe of a named statement: 26000 if the client has no such statement,
     /// otherwise replay it where missing and forward the message renamed.
-    fn tracked_use(&mut self, msg: &BytesMut, span: f::NameSpan, req: Request) {
+    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request) {
         if span.len == 0 {
             self.forward(msg, req);
             return;
