@@ -181,7 +181,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
             clients = tracker.len(),
             "drain deadline: closing remaining clients"
         );
-        l.abort.cancel();
+        l.abort.fire();
         l.close_idle.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
     }

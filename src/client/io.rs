@@ -25,6 +25,11 @@ pub async fn read_chunk(
     buf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<usize> {
+    // A buffer that already has room (a client in the middle of a transaction) is read at
+    // once; an empty one gets memory only when there is something to read.
+    if buf.capacity() - buf.len() >= FIRST_READ / 2 {
+        return stream.read_buf(buf).await;
+    }
     std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
     // Start small (most requests are a few hundred bytes) and grow when a read fills it.
     if buf.capacity() == 0 {

@@ -1,13 +1,12 @@
 //! A logged-in client's session: waits for requests, takes a server when one is needed,
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::lifecycle::Watch;
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::net::ClientStream;
 
@@ -183,7 +182,7 @@ impl<'a> Session<'a> {
             r = readable => Ok(r?),
             // The deadline cancels close_idle too, so one future covers both.
             _ = l.close_idle.cancelled() => Err(ClientError::Shutdown {
-                forced: l.abort.is_cancelled(),
+                forced: l.abort.is_fired(),
             }),
         }
     }
@@ -192,10 +191,10 @@ impl<'a> Session<'a> {
     /// buffered (or leaves).
     async fn round(&mut self) -> Result<Flow, ClientError> {
         // One waiter registration for the whole round rather than one per event.
-        let abort = self.shared.lifecycle.abort.clone().cancelled_owned();
-        tokio::pin!(abort);
+        let lifecycle = self.shared.lifecycle.clone();
+        let mut abort = lifecycle.abort.watch();
         loop {
-            match self.next_event(abort.as_mut()).await {
+            match self.next_event(&mut abort).await {
                 Event::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
@@ -231,7 +230,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn next_event(&mut self, abort: Pin<&mut WaitForCancellationFutureOwned>) -> Event {
+    async fn next_event(&mut self, abort: &mut Watch<'_>) -> Event {
         match self.server.as_mut() {
             Some(srv) => {
                 if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+mod signal;
+pub use signal::{Signal, Watch};
+
 /// Longest silence of an event loop before liveness fails.
 pub const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
 
@@ -47,7 +50,7 @@ pub struct Lifecycle {
     /// Sessions close at their next transaction boundary with 57P01.
     pub close_idle: CancellationToken,
     /// The deadline passed: sessions end now.
-    pub abort: CancellationToken,
+    pub abort: Signal,
     /// PAUSE lifted.
     pub resumed: tokio::sync::Notify,
     pub accepted: AtomicU64,
@@ -68,7 +71,7 @@ impl Default for Lifecycle {
             maintenance_beat: AtomicU64::new(0),
             drain: CancellationToken::new(),
             close_idle: CancellationToken::new(),
-            abort: CancellationToken::new(),
+            abort: Signal::default(),
             resumed: tokio::sync::Notify::new(),
             accepted: AtomicU64::new(0),
             completed: AtomicU64::new(0),

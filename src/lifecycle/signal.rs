@@ -1,0 +1,120 @@
+//! A one-way signal that every session watches while it works: reading it is an atomic load,
+//! and a watcher registers its waker once per watch instead of on every poll (a
+//! `CancellationToken` takes a mutex for both).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+#[derive(Debug, Default)]
+pub struct Signal {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl Signal {
+    /// Fires the signal for good and wakes every watcher.
+    pub fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// A future that completes once the signal has fired.
+    pub fn watch(&self) -> Watch<'_> {
+        Watch {
+            signal: self,
+            // Boxed so the watch is Unpin; one allocation per watch, not per poll.
+            notified: Box::pin(self.notify.notified()),
+            waker: None,
+        }
+    }
+}
+
+/// See [`Signal::watch`].
+pub struct Watch<'a> {
+    signal: &'a Signal,
+    notified: Pin<Box<Notified<'a>>>,
+    /// The waker registered with `notified`; polls with the same waker skip the registration.
+    waker: Option<Waker>,
+}
+
+impl Future for Watch<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.signal.is_fired() {
+            return Poll::Ready(());
+        }
+        if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            // `notified` was made before this poll, so a fire since then completes it.
+            if self.notified.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            self.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn watchers_wake_when_fired_and_late_watchers_see_it() {
+        let signal = Arc::new(Signal::default());
+        let mut watchers = Vec::new();
+        for _ in 0..3 {
+            let s = signal.clone();
+            watchers.push(tokio::spawn(async move { s.watch().await }));
+        }
+        // Each watcher is polled (and registered) before the fire.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(watchers.iter().all(|w| !w.is_finished()));
+        signal.fire();
+        for w in watchers {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("a watcher was not woken")
+                .unwrap();
+        }
+        assert!(signal.is_fired());
+        tokio::time::timeout(Duration::from_secs(1), signal.watch())
+            .await
+            .expect("a watch made after the fire completes at once");
+    }
+
+    #[tokio::test]
+    async fn a_watch_polled_by_another_task_registers_again() {
+        let signal = Arc::new(Signal::default());
+        let s = signal.clone();
+        // First polled by this task, then moved to another one: the new waker must register.
+        let mut watch = Box::pin(async move {
+            let w = s.watch();
+            w.await
+        });
+        assert!(futures_poll_once(watch.as_mut()).await.is_pending());
+        let task = tokio::spawn(watch);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        signal.fire();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the moved watch was not woken")
+            .unwrap();
+    }
+
+    async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut f).poll(cx))).await
+    }
+}
