@@ -58,8 +58,8 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; the
 fi
 PGBOUNCER=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
 
-log "cargo build --release"
-cargo build --release
+log "cargo build --release --bin droid-pool"
+cargo build --release --bin droid-pool
 POOLER=$ROOT/target/release/droid-pool
 # What the binary was built from; the working tree may hold uncommitted changes.
 DROID_VERSION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PORT=${PORT:-6432}
 
 bash scripts/ensure-deps.sh
-cargo build --release
+cargo build --release --bin droid-pool
 POOLER=$PWD/target/release/droid-pool
 
 # shellcheck source=scripts/lib/pg.sh
