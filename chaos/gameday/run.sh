@@ -135,8 +135,8 @@ fi
 PGBOUNCER=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
 PGB_VERSION=$("$PGBOUNCER" --version | head -n 1)
 
-log "cargo build --release"
-cargo build --release --quiet
+log "cargo build --release --bin droid-pool"
+cargo build --release --bin droid-pool --quiet
 POOLER=$ROOT/target/release/droid-pool
 VERSION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null) ]]; then
