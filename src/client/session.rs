@@ -279,15 +279,19 @@ impl<'a> Session<'a> {
         let Taken { started, conn } = taken;
         let conn = match conn {
             Some(c) => c,
-            None => self.wait_for_server().await?,
+            None => self.wait_for_server(started).await?,
         };
         self.sync_and_hold(conn, started).await
     }
 
-    async fn wait_for_server(&mut self) -> Result<Server, ClientError> {
+    async fn wait_for_server(&mut self, started: Instant) -> Result<Server, ClientError> {
         // PAUSE holds new transactions (running ones finish); a client leaving is still seen.
         let l = self.shared.lifecycle.clone();
+        // The wait for a server (and its deadline) starts after any PAUSE.
+        let mut since = tokio::time::Instant::from_std(started);
+        let mut paused = false;
         while l.is_paused() {
+            paused = true;
             tokio::select! {
                 _ = l.wait_unpaused() => {}
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
@@ -297,8 +301,11 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        if paused {
+            since = tokio::time::Instant::now();
+        }
         let pool = self.pool.clone();
-        let checkout = pool.checkout();
+        let checkout = pool.checkout_since(since);
         tokio::pin!(checkout);
         loop {
             tokio::select! {

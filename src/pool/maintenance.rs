@@ -1,5 +1,6 @@
 //! Per-pool housekeeping once a second: retire idle and expired servers, keep the warm
-//! minimum open, and start logins for waiters nobody is connecting for.
+//! minimum open, and start logins for waiters nobody is connecting for. The same task
+//! answers waiters at their `query_wait_timeout` deadline.
 
 use std::time::{Duration, Instant};
 
@@ -11,14 +12,35 @@ pub(super) fn spawn(pool: Pool) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Armed for the earliest waiter deadline; parked far ahead while nobody waits.
+        let sweep = tokio::time::sleep_until(far_future());
+        tokio::pin!(sweep);
         loop {
             tokio::select! {
                 _ = pool.inner.shutdown.cancelled() => break,
-                _ = tick.tick() => pool.maintain(),
+                _ = tick.tick() => {
+                    pool.maintain();
+                    // A rearm is never missed for longer than a tick.
+                    if let Some(at) = pool.sweep_at().filter(|at| *at < sweep.deadline()) {
+                        sweep.as_mut().reset(at);
+                    }
+                }
+                _ = &mut sweep => {
+                    let next = pool.sweep_waiters(tokio::time::Instant::now());
+                    sweep.as_mut().reset(next.unwrap_or_else(far_future));
+                }
+                _ = pool.inner.rearm.notified() => {
+                    sweep.as_mut().reset(pool.sweep_at().unwrap_or_else(far_future));
+                }
             }
         }
+        pool.drop_waiters();
         pool.close_idle();
     });
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 impl Pool {

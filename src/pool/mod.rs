@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -63,11 +63,13 @@ pub struct PoolDeps {
     pub backend: Arc<Backend>,
 }
 
-/// A client queued for a server, and since when (for `maxwait`).
+/// A client queued for a server, since when (for `maxwait`) and until when.
 struct Waiter {
     tx: oneshot::Sender<Result<Server, PoolError>>,
     /// Tokio's clock, so paused-time tests see waits grow.
     since: tokio::time::Instant,
+    /// When the pool's deadline sweep answers it with 57014; `None`: no limit.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl Waiter {
@@ -90,6 +92,8 @@ struct PoolState {
     connecting: usize,
     /// What the first server reported at login: told to clients at their login.
     startup_params: Option<Arc<Params>>,
+    /// The earliest waiter deadline the sweep is armed for.
+    sweep_at: Option<tokio::time::Instant>,
 }
 
 /// A cloneable handle to one pool.
@@ -117,6 +121,8 @@ struct PoolInner {
     login_ok: std::sync::atomic::AtomicBool,
     /// Sessions attached to this pool.
     clients: AtomicI64,
+    /// Wakes the deadline sweep when a waiter's deadline comes before the one it is armed for.
+    rearm: Notify,
     /// Servers released by their client and being reset before reuse (PgBouncer's `used`).
     resetting: AtomicI64,
     database: String,
@@ -155,6 +161,7 @@ impl Pool {
                 name_arc: Arc::from(format!("{}/{}", key.database, key.user)),
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
+                rearm: Notify::new(),
                 resetting: AtomicI64::new(0),
                 database: key.database.clone(),
                 user: key.user.clone(),
@@ -353,6 +360,13 @@ impl Pool {
 
     /// Takes an idle server, or waits (bounded in count and time) for one.
     pub async fn checkout(&self) -> Result<Server, PoolError> {
+        self.checkout_since(tokio::time::Instant::now()).await
+    }
+
+    /// As [`Pool::checkout`], for a request that arrived at `since` (the caller's clock read).
+    /// A waiter carries no timer of its own: the pool's deadline sweep answers it with 57014
+    /// (one timer per pool instead of one registered and removed per queued transaction).
+    pub async fn checkout_since(&self, since: tokio::time::Instant) -> Result<Server, PoolError> {
         let settings = self.settings();
         let rx = {
             let mut st = self.lock();
@@ -372,29 +386,64 @@ impl Pool {
                     });
                 }
             }
+            let wait = settings.query_wait_timeout;
+            let deadline = (!wait.is_zero()).then(|| since + wait);
+            if let Some(d) = deadline {
+                if st.sweep_at.map_or(true, |at| d < at) {
+                    st.sweep_at = Some(d);
+                    self.inner.rearm.notify_one();
+                }
+            }
             let (tx, rx) = oneshot::channel();
             st.waiters.push_back(Waiter {
                 tx,
-                since: tokio::time::Instant::now(),
+                since,
+                deadline,
             });
             self.spawn_connects(&mut st);
             rx
         };
-        let wait = settings.query_wait_timeout;
-        let res = if wait.is_zero() {
-            rx.await
-        } else {
-            match tokio::time::timeout(wait, rx).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(PoolError::WaitTimeout {
+        rx.await
+            .unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
+    }
+
+    /// Answers every waiter whose deadline has passed with 57014 and drops those that left;
+    /// returns the next deadline to sweep at.
+    fn sweep_waiters(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let mut st = self.lock();
+        let mut next: Option<tokio::time::Instant> = None;
+        let mut keep = VecDeque::with_capacity(st.waiters.len());
+        for w in st.waiters.drain(..) {
+            match w.deadline {
+                _ if w.is_closed() => {}
+                Some(d) if d <= now => {
+                    let err = PoolError::WaitTimeout {
                         pool: self.inner.name.clone(),
-                        waited: wait,
-                    })
+                        waited: d.duration_since(w.since),
+                    };
+                    let _ = w.send(Err(err));
+                }
+                d => {
+                    if let Some(d) = d {
+                        next = Some(next.map_or(d, |n| n.min(d)));
+                    }
+                    keep.push_back(w);
                 }
             }
-        };
-        res.unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
+        }
+        st.waiters = keep;
+        st.sweep_at = next;
+        next
+    }
+
+    /// The deadline the sweep is armed for.
+    fn sweep_at(&self) -> Option<tokio::time::Instant> {
+        self.lock().sweep_at
+    }
+
+    /// Stops every waiter: each sees the pool closed.
+    fn drop_waiters(&self) {
+        self.lock().waiters.clear();
     }
 
     /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.
@@ -573,5 +622,51 @@ mod tests {
         // A waiter that gave up left the queue: there is room again.
         assert_eq!(pool.snapshot().clients_waiting, 0);
         assert_eq!(pool.snapshot().max_wait_seconds, 0.0);
+    }
+
+    /// One sweep serves waiters with different deadlines: after a reload shortens the wait, a
+    /// later waiter times out first, at its own deadline (before the next maintenance tick), and
+    /// the earlier one at its own.
+    #[tokio::test(start_paused = true)]
+    async fn sweep_answers_each_waiter_at_its_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pool = stuck_pool(&listener, 10);
+        pool.update(PoolSettings {
+            query_wait_timeout: Duration::from_secs(10),
+            ..pool.settings()
+        });
+        let started = tokio::time::Instant::now();
+        let wait = |p: Pool| {
+            tokio::spawn(async move {
+                let e = p.checkout().await.map(|_| ()).unwrap_err();
+                (e.sqlstate().to_string(), tokio::time::Instant::now())
+            })
+        };
+        let long = wait(pool.clone());
+        while pool.snapshot().clients_waiting < 1 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_millis(2100)).await;
+        pool.update(PoolSettings {
+            query_wait_timeout: Duration::from_millis(500),
+            ..pool.settings()
+        });
+        let short = wait(pool.clone());
+        let (code, at) = short.await.unwrap();
+        assert_eq!(code, "57014");
+        assert_eq!(
+            at - started,
+            Duration::from_millis(2600),
+            "the later waiter's own deadline"
+        );
+        assert_eq!(
+            pool.snapshot().clients_waiting,
+            1,
+            "the first is still waiting"
+        );
+        let (code, at) = long.await.unwrap();
+        assert_eq!(code, "57014");
+        assert_eq!(at - started, Duration::from_secs(10));
+        assert_eq!(pool.snapshot().clients_waiting, 0);
     }
 }
