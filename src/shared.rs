@@ -22,6 +22,21 @@ pub struct Counters {
     next_server: AtomicU64,
     /// Client connections open now (including those still in startup).
     pub clients_open: AtomicUsize,
+    /// Sessions keeping their working buffers between transactions (see [`WarmSlot`]).
+    warm_sessions: AtomicUsize,
+}
+
+/// How many sessions may stay warm: a few KiB each, so the whole set stays under a few MiB
+/// however many clients are connected, while busy clients skip the allocations of a cold start.
+pub const WARM_SESSIONS: usize = 256;
+
+/// A session's right to keep its buffers and round between transactions; given back on drop.
+pub struct WarmSlot(Arc<Counters>);
+
+impl Drop for WarmSlot {
+    fn drop(&mut self) {
+        self.0.warm_sessions.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Counters {
@@ -31,6 +46,20 @@ impl Counters {
 
     pub fn next_server_id(&self) -> u64 {
         self.next_server.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A warm slot, if fewer than [`WARM_SESSIONS`] are taken.
+    pub fn take_warm(self: &Arc<Self>) -> Option<WarmSlot> {
+        self.warm_sessions
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < WARM_SESSIONS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WarmSlot(self.clone()))
+    }
+
+    pub fn warm_sessions(&self) -> usize {
+        self.warm_sessions.load(Ordering::Relaxed)
     }
 }
 
@@ -131,6 +160,7 @@ impl Shared {
                 "aborted": load(&l.aborted),
             },
             "clients_open": self.counters.clients_open.load(Ordering::Relaxed),
+            "warm_sessions": self.counters.warm_sessions(),
             "pools": self.pools.snapshots(),
         })
     }

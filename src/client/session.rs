@@ -12,7 +12,7 @@ use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
-use super::io::{read_some, release_if_empty};
+use super::io::{read_some, release_if_empty, SHRINK_ABOVE};
 use super::startup::Login;
 use crate::config::PoolMode;
 use crate::params::ClientParams;
@@ -89,6 +89,8 @@ pub struct Session<'a> {
     pub(super) ready_at: Option<Instant>,
     /// Kept statements already counted in the gauge.
     pub(super) kept_counted: usize,
+    /// Held by a session that keeps its buffers and round between transactions.
+    pub(super) warm: Option<crate::shared::WarmSlot>,
 }
 
 impl<'a> Session<'a> {
@@ -125,6 +127,7 @@ impl<'a> Session<'a> {
             request_since: None,
             ready_at: None,
             kept_counted: 0,
+            warm: None,
             shared,
         }
     }
@@ -151,8 +154,26 @@ impl<'a> Session<'a> {
             if self.server.is_none() && self.cbuf.is_empty() {
                 self.wait_idle().await?;
             }
-            if Box::pin(self.round()).await? == Flow::Quit {
+            if Box::pin(self.rounds()).await? == Flow::Quit {
                 return Ok(());
+            }
+        }
+    }
+
+    /// Rounds of work. A warm session (one of a bounded few) waits for its next request in
+    /// here, keeping this future and its buffers: a busy client then pays no allocation and
+    /// no waiter registration per transaction. Any other session leaves after one round.
+    async fn rounds(&mut self) -> Result<Flow, ClientError> {
+        // One waiter registration for as long as the session works rather than one per event.
+        let lifecycle = self.shared.lifecycle.clone();
+        let mut abort = lifecycle.abort.watch();
+        loop {
+            let flow = self.round(&mut abort).await?;
+            if flow == Flow::Quit || self.warm.is_none() {
+                return Ok(flow);
+            }
+            if self.server.is_none() && self.cbuf.is_empty() {
+                self.wait_idle().await?;
             }
         }
     }
@@ -189,12 +210,9 @@ impl<'a> Session<'a> {
 
     /// Relays client and server traffic until the client holds no server and has nothing
     /// buffered (or leaves).
-    async fn round(&mut self) -> Result<Flow, ClientError> {
-        // One waiter registration for the whole round rather than one per event.
-        let lifecycle = self.shared.lifecycle.clone();
-        let mut abort = lifecycle.abort.watch();
+    async fn round(&mut self, abort: &mut Watch<'_>) -> Result<Flow, ClientError> {
         loop {
-            match self.next_event(&mut abort).await {
+            match self.next_event(abort).await {
                 Event::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
@@ -484,10 +502,17 @@ impl<'a> Session<'a> {
         )
     }
 
-    /// Frees buffers while the client holds nothing, so idle clients stay small.
+    /// Frees buffers while the client holds nothing, so idle clients stay small. A warm
+    /// session keeps them, unless a large message grew one.
     pub(super) fn shrink_idle(&mut self) {
-        release_if_empty(&mut self.cbuf);
-        release_if_empty(&mut self.cout);
-        release_if_empty(&mut self.sout);
+        if self.warm.is_none() {
+            self.warm = self.shared.counters.take_warm();
+        }
+        let keep = if self.warm.is_some() { SHRINK_ABOVE } else { 0 };
+        for buf in [&mut self.cbuf, &mut self.cout, &mut self.sout] {
+            if buf.capacity() > keep {
+                release_if_empty(buf);
+            }
+        }
     }
 }

@@ -2204,3 +2204,56 @@ async fn statement_mode_refuses_pipelined_transaction() {
     assert_eq!(raw::first_col(&f[1]).as_deref(), Some("usable"));
     pg.psql("drop table core_stmt_pipe");
 }
+
+/// Busy clients keep their buffers between transactions, but only a bounded number of them:
+/// past that, a client that goes idle frees its buffers, and a client that leaves gives its
+/// slot back (the per-client idle memory bound of issue 4 holds however many ran queries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_sessions_are_bounded_and_given_back() {
+    const WARM_MAX: u64 = 256;
+    let pooler = Pooler::start_with_config(
+        support::shared(),
+        "client:\n  max_connections: 1000\npool:\n  size: 2\n",
+        &["--mode", "transaction"],
+    );
+    let warm = |p: &Pooler| -> u64 {
+        let (code, body) = tokio::task::block_in_place(|| p.admin_get("/status"));
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+        v["warm_sessions"]
+            .as_u64()
+            .expect("warm_sessions in /status")
+    };
+    let mut clients = Vec::new();
+    for i in 0..300u64 {
+        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let frames = w.query("SELECT 1").await;
+        assert_eq!(raw::tags(&frames), "TDCZ", "client {i}");
+        clients.push(w);
+        if i == 9 {
+            assert_eq!(warm(&pooler), 10, "each client that ran a query is warm");
+        }
+    }
+    assert_eq!(warm(&pooler), WARM_MAX, "the warm set is bounded");
+    // Clients beyond the bound still work (cold: buffers taken per transaction).
+    for w in clients.iter_mut().rev().take(5) {
+        assert_eq!(raw::tags(&w.query("SELECT 1").await), "TDCZ");
+    }
+    let rss_busy = vm_rss_kb(pooler.pid());
+    for mut w in clients.drain(..) {
+        let mut b = BytesMut::new();
+        frontend::terminate(&mut b);
+        w.send(&b).await;
+        assert!(w.until_eof(10).await.is_some(), "closed after Terminate");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while warm(&pooler) != 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(warm(&pooler), 0, "slots come back when clients leave");
+    // A new client becomes warm again.
+    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    assert_eq!(raw::tags(&w.query("SELECT 1").await), "TDCZ");
+    assert_eq!(warm(&pooler), 1);
+    eprintln!("VmRSS with 300 clients after a query each: {rss_busy} kB");
+}
