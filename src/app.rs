@@ -160,7 +160,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     l.set_state(DrainState::Closing);
     shared.metrics.lifecycle.drain_state.set(2);
     if cfg.mode == DrainMode::TransactionBoundary {
-        l.close_idle.cancel();
+        l.close_idle.fire();
     }
     tracker.close();
     let remaining = cfg.timeout.saturating_sub(cfg.accept_window);
@@ -182,7 +182,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
             "drain deadline: closing remaining clients"
         );
         l.abort.fire();
-        l.close_idle.cancel();
+        l.close_idle.fire();
         let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
     }
     Stopped::Forced

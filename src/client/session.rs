@@ -1,6 +1,7 @@
 //! A logged-in client's session: waits for requests, takes a server when one is needed,
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -150,11 +151,14 @@ impl<'a> Session<'a> {
         if !self.cbuf.is_empty() && Box::pin(self.on_client()).await? == Flow::Quit {
             return Ok(());
         }
+        // One registration for the session's life, kept inline (no allocation).
+        let shared = self.shared.clone();
+        let mut close = pin!(shared.lifecycle.close_idle.watch());
         loop {
             if self.server.is_none() && self.cbuf.is_empty() {
-                self.wait_idle().await?;
+                self.wait_idle(close.as_mut()).await?;
             }
-            if Box::pin(self.rounds()).await? == Flow::Quit {
+            if Box::pin(self.rounds(close.as_mut())).await? == Flow::Quit {
                 return Ok(());
             }
         }
@@ -163,27 +167,28 @@ impl<'a> Session<'a> {
     /// Rounds of work. A warm session (one of a bounded few) waits for its next request in
     /// here, keeping this future and its buffers: a busy client then pays no allocation and
     /// no waiter registration per transaction. Any other session leaves after one round.
-    async fn rounds(&mut self) -> Result<Flow, ClientError> {
+    async fn rounds(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<Flow, ClientError> {
         // One waiter registration for as long as the session works rather than one per event.
         let lifecycle = self.shared.lifecycle.clone();
-        let mut abort = lifecycle.abort.watch();
+        let mut abort = pin!(lifecycle.abort.watch());
         loop {
-            let flow = self.round(&mut abort).await?;
+            let flow = self.round(abort.as_mut()).await?;
             if flow == Flow::Quit || self.warm.is_none() {
                 return Ok(flow);
             }
             if self.server.is_none() && self.cbuf.is_empty() {
-                self.wait_idle().await?;
+                self.wait_idle(close.as_mut()).await?;
             }
         }
     }
 
-    /// Waits for the idle client to send something, its idle timeout, or shutdown.
-    async fn wait_idle(&mut self) -> Result<(), ClientError> {
+    /// Waits for the idle client to send something, its idle timeout, or shutdown (`close`:
+    /// the session's watch of `close_idle`).
+    async fn wait_idle(&mut self, close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
         let idle = self.shared.config.load().client.idle_timeout;
         if !idle.is_zero() {
             // Boxed: a timer is only carried by clients that have an idle timeout.
-            return match Box::pin(tokio::time::timeout(idle, self.wait_readable())).await {
+            return match Box::pin(tokio::time::timeout(idle, self.wait_readable(close))).await {
                 Ok(r) => r,
                 Err(_) => Err(ClientError::Fatal {
                     code: sqlstate::PROTOCOL_VIOLATION,
@@ -191,18 +196,18 @@ impl<'a> Session<'a> {
                 }),
             };
         }
-        self.wait_readable().await
+        self.wait_readable(close).await
     }
 
-    async fn wait_readable(&mut self) -> Result<(), ClientError> {
+    async fn wait_readable(&mut self, close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
         let l = &self.shared.lifecycle;
         let client = &mut *self.client;
         // poll_read_ready keeps no waiter node of its own: an idle client's task stays small.
         let readable = std::future::poll_fn(|cx| client.poll_read_ready(cx));
         tokio::select! {
             r = readable => Ok(r?),
-            // The deadline cancels close_idle too, so one future covers both.
-            _ = l.close_idle.cancelled() => Err(ClientError::Shutdown {
+            // The deadline fires close_idle too, so one watch covers both.
+            _ = close => Err(ClientError::Shutdown {
                 forced: l.abort.is_fired(),
             }),
         }
@@ -210,9 +215,9 @@ impl<'a> Session<'a> {
 
     /// Relays client and server traffic until the client holds no server and has nothing
     /// buffered (or leaves).
-    async fn round(&mut self, abort: &mut Watch<'_>) -> Result<Flow, ClientError> {
+    async fn round(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Result<Flow, ClientError> {
         loop {
-            match self.next_event(abort).await {
+            match self.next_event(abort.as_mut()).await {
                 Event::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
@@ -229,8 +234,7 @@ impl<'a> Session<'a> {
                     Err(e) => return Err(ClientError::ServerLost(e.to_string())),
                     Ok(_) => {
                         self.on_server().await?;
-                        if self.at_session_boundary()
-                            && self.shared.lifecycle.close_idle.is_cancelled()
+                        if self.at_session_boundary() && self.shared.lifecycle.close_idle.is_fired()
                         {
                             return Err(ClientError::Shutdown { forced: false });
                         }
@@ -248,7 +252,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn next_event(&mut self, abort: &mut Watch<'_>) -> Event {
+    async fn next_event(&mut self, abort: Pin<&mut Watch<'_>>) -> Event {
         match self.server.as_mut() {
             Some(srv) => {
                 if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {

@@ -48,7 +48,7 @@ pub struct Lifecycle {
     /// A drain was requested (SIGTERM, SIGINT, `POST /drain`, `SHUTDOWN`).
     pub drain: CancellationToken,
     /// Sessions close at their next transaction boundary with 57P01.
-    pub close_idle: CancellationToken,
+    pub close_idle: Signal,
     /// The deadline passed: sessions end now.
     pub abort: Signal,
     /// PAUSE lifted.
@@ -70,7 +70,7 @@ impl Default for Lifecycle {
             accept_beat: AtomicU64::new(0),
             maintenance_beat: AtomicU64::new(0),
             drain: CancellationToken::new(),
-            close_idle: CancellationToken::new(),
+            close_idle: Signal::default(),
             abort: Signal::default(),
             resumed: tokio::sync::Notify::new(),
             accepted: AtomicU64::new(0),

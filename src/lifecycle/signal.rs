@@ -27,38 +27,44 @@ impl Signal {
         self.fired.load(Ordering::Acquire)
     }
 
-    /// A future that completes once the signal has fired.
+    /// A future that completes once the signal has fired. Pin it once (`std::pin::pin!`)
+    /// and poll it by `Pin<&mut Watch>` for as long as the work lasts: the registration is
+    /// kept, and nothing is allocated.
     pub fn watch(&self) -> Watch<'_> {
         Watch {
             signal: self,
-            // Boxed so the watch is Unpin; one allocation per watch, not per poll.
-            notified: Box::pin(self.notify.notified()),
+            notified: self.notify.notified(),
             waker: None,
         }
     }
 }
 
-/// See [`Signal::watch`].
-pub struct Watch<'a> {
-    signal: &'a Signal,
-    notified: Pin<Box<Notified<'a>>>,
-    /// The waker registered with `notified`; polls with the same waker skip the registration.
-    waker: Option<Waker>,
+pin_project_lite::pin_project! {
+    /// See [`Signal::watch`].
+    pub struct Watch<'a> {
+        signal: &'a Signal,
+        #[pin]
+        notified: Notified<'a>,
+        // The waker registered with `notified`; polls with the same waker skip the
+        // registration.
+        waker: Option<Waker>,
+    }
 }
 
 impl Future for Watch<'_> {
     type Output = ();
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.signal.is_fired() {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.signal.is_fired() {
             return Poll::Ready(());
         }
-        if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        if !this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             // `notified` was made before this poll, so a fire since then completes it.
-            if self.notified.as_mut().poll(cx).is_ready() {
+            if this.notified.poll(cx).is_ready() {
                 return Poll::Ready(());
             }
-            self.waker = Some(cx.waker().clone());
+            *this.waker = Some(cx.waker().clone());
         }
         Poll::Pending
     }
@@ -100,10 +106,7 @@ mod tests {
         let signal = Arc::new(Signal::default());
         let s = signal.clone();
         // First polled by this task, then moved to another one: the new waker must register.
-        let mut watch = Box::pin(async move {
-            let w = s.watch();
-            w.await
-        });
+        let mut watch = Box::pin(async move { s.watch().await });
         assert!(futures_poll_once(watch.as_mut()).await.is_pending());
         let task = tokio::spawn(watch);
         tokio::time::sleep(Duration::from_millis(10)).await;
