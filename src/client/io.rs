@@ -1,7 +1,10 @@
 //! Reading from a client socket without holding a buffer while idle.
 
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
 use bytes::BytesMut;
-use tokio::io::AsyncReadExt;
+use tokio_util::io::poll_read_buf;
 
 use crate::net::ClientStream;
 
@@ -19,25 +22,43 @@ pub async fn read_some(stream: &mut ClientStream, buf: &mut BytesMut) -> std::io
     read_chunk(stream, buf, READ_CHUNK).await
 }
 
+/// The poll behind [`read_some`].
+pub fn poll_read_some(
+    stream: &mut ClientStream,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<usize>> {
+    poll_read_chunk(stream, buf, READ_CHUNK, cx)
+}
+
 /// As [`read_some`], reserving at most about `chunk` bytes (small for startup packets).
 pub async fn read_chunk(
     stream: &mut ClientStream,
     buf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| poll_read_chunk(stream, buf, chunk, cx)).await
+}
+
+/// The poll behind [`read_chunk`], for loops that poll several sources by hand.
+pub fn poll_read_chunk(
+    stream: &mut ClientStream,
+    buf: &mut BytesMut,
+    chunk: usize,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<usize>> {
     // A buffer that already has room (a client in the middle of a transaction) is read at
     // once; an empty one gets memory only when there is something to read.
-    if buf.capacity() - buf.len() >= FIRST_READ / 2 {
-        return stream.read_buf(buf).await;
+    if buf.capacity() - buf.len() < FIRST_READ / 2 {
+        ready!(stream.poll_read_ready(cx))?;
+        // Start small (most requests are a few hundred bytes) and grow when a read fills it.
+        if buf.capacity() == 0 {
+            buf.reserve(FIRST_READ.min(chunk));
+        } else {
+            buf.reserve(chunk.max(buf.len()));
+        }
     }
-    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
-    // Start small (most requests are a few hundred bytes) and grow when a read fills it.
-    if buf.capacity() == 0 {
-        buf.reserve(FIRST_READ.min(chunk));
-    } else if buf.capacity() - buf.len() < FIRST_READ / 2 {
-        buf.reserve(chunk.max(buf.len()));
-    }
-    stream.read_buf(buf).await
+    poll_read_buf(Pin::new(stream), cx, buf)
 }
 
 /// Frees an empty buffer's memory so an idle client costs little.

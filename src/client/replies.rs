@@ -88,9 +88,23 @@ impl Session<'_> {
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(ClientError::ServerLost(e.to_string())),
             };
+            let tag = rest[0];
+            if tag == b::DATA_ROW_TAG && srv.replies.passes_rows() {
+                // Rows are the bulk of a result and need no bookkeeping: the whole run of
+                // them is copied at once.
+                let mut end = total;
+                while rest.get(end) == Some(&b::DATA_ROW_TAG) {
+                    match frame::complete_len(&rest[end..], SERVER_MAX_MESSAGE) {
+                        Ok(Some(t)) => end += t,
+                        _ => break,
+                    }
+                }
+                self.cout.extend_from_slice(&rest[..end]);
+                *done += end;
+                continue;
+            }
             let msg = &rest[..total];
             *done += total;
-            let tag = msg[0];
             let mut step = if tag == b::ERROR_RESPONSE_TAG {
                 let held = match srv.replies.front() {
                     Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),

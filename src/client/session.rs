@@ -1,19 +1,21 @@
 //! A logged-in client's session: waits for requests, takes a server when one is needed,
 //! relays until the pool mode says the server goes back, and ends cleanly whatever happens.
 
+use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use crate::lifecycle::Watch;
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
+use tokio_util::io::poll_read_buf;
 
 use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
-use super::io::{read_some, release_if_empty, SHRINK_ABOVE};
+use super::io::{poll_read_some, read_some, release_if_empty, SHRINK_ABOVE};
 use super::startup::Login;
 use crate::config::PoolMode;
 use crate::params::ClientParams;
@@ -92,6 +94,8 @@ pub struct Session<'a> {
     pub(super) kept_counted: usize,
     /// Held by a session that keeps its buffers and round between transactions.
     pub(super) warm: Option<crate::shared::WarmSlot>,
+    /// Which side [`Session::next_event`] reads first this time.
+    client_first: bool,
 }
 
 impl<'a> Session<'a> {
@@ -129,6 +133,7 @@ impl<'a> Session<'a> {
             ready_at: None,
             kept_counted: 0,
             warm: None,
+            client_first: false,
             shared,
         }
     }
@@ -252,23 +257,42 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn next_event(&mut self, abort: Pin<&mut Watch<'_>>) -> Event {
-        match self.server.as_mut() {
-            Some(srv) => {
-                if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
-                    srv.rbuf.reserve(16 * 1024);
-                }
-                tokio::select! {
-                    r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
-                    r = srv.stream.read_buf(&mut srv.rbuf) => Event::Server(r),
-                    _ = abort => Event::Abort,
-                }
+    /// The next thing to handle: the abort, the server's reply or the client's request. Polled
+    /// by hand (no `select!` and no nested read futures): this runs twice per round trip.
+    async fn next_event(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Event {
+        let client = &mut *self.client;
+        let cbuf = &mut self.cbuf;
+        let mut server = self.server.as_mut().map(|srv| {
+            if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
+                srv.rbuf.reserve(16 * 1024);
             }
-            None => tokio::select! {
-                r = read_some(self.client, &mut self.cbuf) => Event::Client(r),
-                _ = abort => Event::Abort,
-            },
-        }
+            (&mut srv.stream, &mut srv.rbuf)
+        });
+        // Which side goes first alternates, so neither a streaming server nor a pipelining
+        // client keeps the other from being read.
+        self.client_first = !self.client_first;
+        let client_first = self.client_first;
+        std::future::poll_fn(|cx| {
+            // Checked first: a cheap flag, and a busy socket must not hide it.
+            if abort.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Abort);
+            }
+            let Some((stream, rbuf)) = server.as_mut() else {
+                return poll_read_some(client, cbuf, cx).map(Event::Client);
+            };
+            if client_first {
+                if let Poll::Ready(r) = poll_read_some(client, cbuf, cx) {
+                    return Poll::Ready(Event::Client(r));
+                }
+                poll_read_buf(Pin::new(&mut **stream), cx, *rbuf).map(Event::Server)
+            } else {
+                if let Poll::Ready(r) = poll_read_buf(Pin::new(&mut **stream), cx, *rbuf) {
+                    return Poll::Ready(Event::Server(r));
+                }
+                poll_read_some(client, cbuf, cx).map(Event::Client)
+            }
+        })
+        .await
     }
 
     /// Takes a server from the pool, still noticing if the client leaves meanwhile, and

@@ -180,6 +180,21 @@ impl Replies {
         }
     }
 
+    /// Whether a DataRow now goes to the client as it is: it belongs to a client's request
+    /// (or to none) and, never completing a request, changes nothing here.
+    pub fn passes_rows(&self) -> bool {
+        match self.q.front() {
+            None => true,
+            Some(o) => {
+                !o.is_answer()
+                    && !matches!(
+                        o,
+                        Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
+                    )
+            }
+        }
+    }
+
     /// Classifies one server message (other than ErrorResponse) by the entry in front.
     pub fn on_message(&mut self, tag: u8) -> Step {
         let ready = tag == b::READY_FOR_QUERY_TAG;
@@ -271,6 +286,36 @@ mod tests {
         let s = r.on_message(b'Z');
         assert!(s.forward && s.ready);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn rows_pass_exactly_when_on_message_would_forward_them_unchanged() {
+        let cases = [
+            (None, true),
+            (Some(Owed::Client(Request::Execute)), true),
+            (Some(Owed::Client(Request::Query)), true),
+            (Some(Owed::Internal), false),
+            (
+                Some(Owed::Replay {
+                    server_name: Bytes::from_static(b"p1_p"),
+                    id: 1,
+                }),
+                false,
+            ),
+            (Some(Owed::Synthetic(Bytes::from_static(b"x"))), false),
+        ];
+        for (front, passes) in cases {
+            let mut r = Replies::default();
+            if let Some(o) = front {
+                r.push(o);
+            }
+            assert_eq!(r.passes_rows(), passes);
+            if passes {
+                // The slow path agrees: forwarded, and nothing completed.
+                let s = r.on_message(b::DATA_ROW_TAG);
+                assert!(s.forward && s.completed.is_none() && !s.ready);
+            }
+        }
     }
 
     #[test]
