@@ -314,6 +314,40 @@ async fn simple_and_extended_queries() {
     assert_eq!(code(&err), "42P01");
     assert_eq!(scalar(&client, "select 'after error'").await, "after error");
 
+    // A large result (rows copied in runs that span many reads), then rows followed by an
+    // error in the same result: the error still arrives, after its rows, and the session goes on.
+    let msgs = within(
+        20,
+        "20000 rows, simple protocol",
+        client.simple_query("select g, repeat('y', g % 50) from generate_series(1, 20000) g"),
+    )
+    .await
+    .expect("20000 rows");
+    let got = rows(&msgs);
+    assert_eq!(got.len(), 20000);
+    for (i, r) in got.iter().enumerate() {
+        let g = i + 1;
+        assert_eq!(r[0].as_deref(), Some(g.to_string().as_str()));
+        assert_eq!(r[1].as_deref(), Some("y".repeat(g % 50).as_str()));
+    }
+    let err = within(
+        20,
+        "rows then division by zero",
+        client.simple_query("select 1 / (3000 - g) from generate_series(1, 5000) g"),
+    )
+    .await
+    .expect_err("division by zero after rows");
+    assert_eq!(code(&err), "22012");
+    let err = within(
+        20,
+        "rows then division by zero, extended",
+        client.query_typed("select 1 / (3000 - g) from generate_series(1, 5000) g", &[]),
+    )
+    .await
+    .expect_err("division by zero after rows");
+    assert_eq!(code(&err), "22012");
+    assert_eq!(scalar(&client, "select 'after rows'").await, "after rows");
+
     // Extended protocol with the unnamed statement (one round trip, fine in transaction mode).
     let rows = within(
         10,
