@@ -26,11 +26,6 @@ pub struct Counters {
     warm_sessions: AtomicUsize,
 }
 
-/// How many sessions may stay warm: under 1 KiB each (measured), so the whole set stays under
-/// about 1 MiB however many clients are connected, while busy clients skip the allocations of
-/// a cold start.
-pub const WARM_SESSIONS: usize = 1024;
-
 /// A session's right to keep its buffers and round between transactions; given back on drop.
 pub struct WarmSlot(Arc<Counters>);
 
@@ -49,11 +44,11 @@ impl Counters {
         self.next_server.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// A warm slot, if fewer than [`WARM_SESSIONS`] are taken.
-    pub fn take_warm(self: &Arc<Self>) -> Option<WarmSlot> {
+    /// A warm slot, if fewer than `limit` (`client.warm_sessions`) are taken.
+    pub fn take_warm(self: &Arc<Self>, limit: usize) -> Option<WarmSlot> {
         self.warm_sessions
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < WARM_SESSIONS).then_some(n + 1)
+                (n < limit).then_some(n + 1)
             })
             .ok()
             .map(|_| WarmSlot(self.clone()))

@@ -94,6 +94,8 @@ pub struct Session<'a> {
     pub(super) kept_counted: usize,
     /// Held by a session that keeps its buffers and round between transactions.
     pub(super) warm: Option<crate::shared::WarmSlot>,
+    /// `client.warm_sessions` when this client logged in.
+    warm_limit: usize,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
 }
@@ -133,6 +135,7 @@ impl<'a> Session<'a> {
             ready_at: None,
             kept_counted: 0,
             warm: None,
+            warm_limit: cfg.client.warm_sessions,
             client_first: false,
             shared,
         }
@@ -534,7 +537,7 @@ impl<'a> Session<'a> {
     /// session keeps them, unless a large message grew one.
     pub(super) fn shrink_idle(&mut self) {
         if self.warm.is_none() {
-            self.warm = self.shared.counters.take_warm();
+            self.warm = self.shared.counters.take_warm(self.warm_limit);
         }
         let keep = if self.warm.is_some() { SHRINK_ABOVE } else { 0 };
         for buf in [&mut self.cbuf, &mut self.cout, &mut self.sout] {

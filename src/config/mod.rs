@@ -202,6 +202,9 @@ pub struct ClientConfig {
     pub max_startup_packet: usize,
     /// Most parameters accepted in a startup packet.
     pub max_startup_params: usize,
+    /// Sessions that keep their buffers and working future between transactions (under
+    /// 1 KiB each); the rest take them fresh per transaction. Applies to new clients.
+    pub warm_sessions: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -287,6 +290,7 @@ impl Default for ClientConfig {
             max_message_size: 64 << 20,
             max_startup_packet: 10_000,
             max_startup_params: 64,
+            warm_sessions: 1024,
         }
     }
 }

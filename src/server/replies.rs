@@ -103,6 +103,15 @@ impl Owed {
     fn is_answer(&self) -> bool {
         matches!(self, Owed::Synthetic(_) | Owed::ClientClose { .. })
     }
+
+    /// Whether the server's replies to this entry stay with the pooler (errors aside): it
+    /// sent the message itself.
+    fn is_swallowed(&self) -> bool {
+        matches!(
+            self,
+            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
+        )
+    }
 }
 
 /// What to do with one server message.
@@ -185,13 +194,8 @@ impl Replies {
     pub fn passes_rows(&self) -> bool {
         match self.q.front() {
             None => true,
-            Some(o) => {
-                !o.is_answer()
-                    && !matches!(
-                        o,
-                        Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
-                    )
-            }
+            // An answer in front must be sent first, which only the slow path does.
+            Some(o) => !o.is_answer() && !o.is_swallowed(),
         }
     }
 
@@ -216,10 +220,7 @@ impl Replies {
                 ready,
             };
         };
-        let forward = !matches!(
-            front,
-            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
-        );
+        let forward = !front.is_swallowed();
         let done = front.request().completed_by(tag);
         Step {
             forward,
@@ -290,14 +291,31 @@ mod tests {
 
     #[test]
     fn rows_pass_exactly_when_on_message_would_forward_them_unchanged() {
+        let name = || Bytes::from_static(b"p1_p");
         let cases = [
             (None, true),
             (Some(Owed::Client(Request::Execute)), true),
             (Some(Owed::Client(Request::Query)), true),
+            (
+                Some(Owed::Marked {
+                    req: Request::Execute,
+                    client_seq: 1,
+                    server_seq: 1,
+                }),
+                true,
+            ),
+            (Some(Owed::TrackedBind { id: 1 }), true),
             (Some(Owed::Internal), false),
             (
                 Some(Owed::Replay {
-                    server_name: Bytes::from_static(b"p1_p"),
+                    server_name: name(),
+                    id: 1,
+                }),
+                false,
+            ),
+            (
+                Some(Owed::InjectedClose {
+                    server_name: name(),
                     id: 1,
                 }),
                 false,
@@ -305,15 +323,19 @@ mod tests {
             (Some(Owed::Synthetic(Bytes::from_static(b"x"))), false),
         ];
         for (front, passes) in cases {
+            let label = format!("{front:?}");
             let mut r = Replies::default();
             if let Some(o) = front {
                 r.push(o);
             }
-            assert_eq!(r.passes_rows(), passes);
+            assert_eq!(r.passes_rows(), passes, "{label}");
             if passes {
                 // The slow path agrees: forwarded, and nothing completed.
                 let s = r.on_message(b::DATA_ROW_TAG);
-                assert!(s.forward && s.completed.is_none() && !s.ready);
+                assert!(s.forward && s.completed.is_none() && !s.ready, "{label}");
+            } else if r.pop_answer().is_none() {
+                // Not an answer waiting its turn, so the slow path keeps the row.
+                assert!(!r.on_message(b::DATA_ROW_TAG).forward, "{label}");
             }
         }
     }
