@@ -267,6 +267,71 @@ async fn admin_console_through_psql() {
     assert!(ok && out.trim() == "RELOAD", "{out} {err}");
 }
 
+/// PAUSE holds a new transaction without spending its `query_wait_timeout`: the wait for a
+/// server starts at RESUME, and from then on the deadline applies as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_deadline_starts_after_pause() {
+    let pg = support::shared();
+    let yaml =
+        format!("admin:\n  console_users: [{USER}]\npool:\n  size: 1\n  query_wait_timeout: 1s\nserver:\n  connect_timeout: 500ms\n");
+    let pooler =
+        block_in_place(|| Pooler::start_with_config(pg, &yaml, &["--mode", "transaction"]));
+    let holder = pooler.connect(USER, DB).await;
+    let waiter = pooler.connect(USER, DB).await;
+
+    let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "PAUSE"));
+    assert!(ok && out.trim() == "PAUSE", "{out} {err}");
+    // Two transactions held by the PAUSE. After RESUME the one server serves one of them
+    // while the other waits: that wait must get its own second, not what is left of one
+    // that started before the PAUSE.
+    let run = |c: tokio_postgres::Client, sql: &'static str| {
+        tokio::spawn(async move {
+            let r = c.simple_query(sql).await;
+            (r.map(|m| m.len()).map_err(|e| crate::core::code(&e)), c)
+        })
+    };
+    let held_a = run(holder, "select pg_sleep(0.4)");
+    let held_b = run(waiter, "select 'after pause'");
+    // Paused for 2.5 times the wait timeout.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !held_a.is_finished() && !held_b.is_finished(),
+        "answered while paused"
+    );
+    let (ok, _, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "RESUME"));
+    assert!(ok, "{err}");
+    let mut clients = Vec::new();
+    for held in [held_a, held_b] {
+        let (r, c) = tokio::time::timeout(Duration::from_secs(5), held)
+            .await
+            .expect("served after RESUME")
+            .unwrap();
+        // Row, complete and ready: answered, not timed out.
+        assert_eq!(
+            r,
+            Ok(3),
+            "a query held by PAUSE was not served after RESUME"
+        );
+        clients.push(c);
+    }
+    let (waiter, holder) = (clients.pop().unwrap(), clients.pop().unwrap());
+
+    // After RESUME the deadline counts: with the only server held, 57014 after about 1 s.
+    holder.simple_query("BEGIN").await.expect("begin");
+    let t0 = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), waiter.simple_query("select 1"))
+        .await
+        .expect("the wait ends")
+        .expect_err("no server within 1 s");
+    let took = t0.elapsed();
+    assert_eq!(crate::core::code(&err), "57014");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "timed out after {took:?}, want about 1 s"
+    );
+    holder.simple_query("COMMIT").await.expect("commit");
+}
+
 /// With `pool.min_size` and a configured server user and database, startup completes only
 /// after the first server login, and the warm minimum is kept open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
