@@ -202,8 +202,9 @@ pub struct ClientConfig {
     pub max_startup_packet: usize,
     /// Most parameters accepted in a startup packet.
     pub max_startup_params: usize,
-    /// Sessions that keep their buffers and working future between transactions (under
-    /// 1 KiB each); the rest take them fresh per transaction. Applies to new clients.
+    /// Sessions that keep their buffers and working future between transactions: about
+    /// 1 KiB each after small requests, at most 64 KiB per buffer (larger ones are always
+    /// given back). The rest take them fresh per transaction. Applies to new clients.
     pub warm_sessions: usize,
 }
 
