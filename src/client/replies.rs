@@ -58,25 +58,47 @@ impl Session<'_> {
         }
     }
 
-    /// Handles every whole message buffered from the server (no I/O): forwarded messages and
-    /// the pooler's own answers go to the client buffer in order.
+    /// Handles every whole message buffered from the server: forwarded messages and the
+    /// pooler's own answers go to the client in order. A leading run of messages forwarded
+    /// unchanged is written to a plain client straight from the server's buffer, without
+    /// waiting; only what the socket does not take is copied to the client buffer.
     pub(super) fn drain_server(&mut self) -> Result<(), ClientError> {
         const HELD: &str = "server messages are handled only while a server is held";
         // Messages are handled in place and the buffer advanced once: no split per message.
         // The buffer is lent out meanwhile (the handling needs the session mutably) and is
         // put back on every path, so `finish` sees what is left of it.
         let mut rbuf = std::mem::take(&mut self.server.as_mut().expect(HELD).rbuf);
-        // Room for everything forwarded, in one reservation rather than growth by doubling.
-        self.cout.reserve(rbuf.len());
+        let mut direct = Direct {
+            allowed: self.cout.is_empty() && !self.client.is_tls(),
+            run: None,
+        };
         let mut done = 0;
-        let res = self.drain_messages(&rbuf, &mut done);
+        let res = self.drain_messages(&rbuf, &mut done, &mut direct);
+        if let Some(run) = direct.run.take() {
+            let bytes = &rbuf[run];
+            // After an error the run is only queued: the error path flushes it first.
+            let n = if res.is_ok() {
+                self.client.try_write_plain(bytes)
+            } else {
+                0
+            };
+            if n > 0 {
+                self.shared.metrics.clients.bytes_out.inc_by(n as u64);
+            }
+            self.cout.extend_from_slice(&bytes[n..]);
+        }
         rbuf.advance(done);
         self.server.as_mut().expect(HELD).rbuf = rbuf;
         res
     }
 
     /// Handles the whole messages of `buf` from `done` on, advancing `done` past each.
-    fn drain_messages(&mut self, buf: &[u8], done: &mut usize) -> Result<(), ClientError> {
+    fn drain_messages(
+        &mut self,
+        buf: &[u8],
+        done: &mut usize,
+        direct: &mut Direct,
+    ) -> Result<(), ClientError> {
         loop {
             let srv = self
                 .server
@@ -99,11 +121,12 @@ impl Session<'_> {
                         _ => break,
                     }
                 }
-                self.cout.extend_from_slice(&rest[..end]);
+                direct.pass_on(&mut self.cout, buf, *done, *done + end);
                 *done += end;
                 continue;
             }
             let msg = &rest[..total];
+            let at = *done;
             *done += total;
             let mut step = if tag == b::ERROR_RESPONSE_TAG {
                 let held = match srv.replies.front() {
@@ -172,6 +195,9 @@ impl Session<'_> {
                 settle(&mut self.statements, &mut srv.statements, o, true);
             }
             let drained = srv.replies.is_empty();
+            if step.ready && drained && self.retry_holds_error() {
+                direct.spill(&mut self.cout, buf);
+            }
             if step.ready && drained && self.settle_retry(self.status) {
                 // The batch is being sent again: this ReadyForQuery is not the client's.
                 step.forward = false;
@@ -187,14 +213,20 @@ impl Session<'_> {
             }
             if step.forward {
                 match substitute {
-                    Some(own) => self.cout.extend_from_slice(&own),
+                    Some(own) => {
+                        direct.spill(&mut self.cout, buf);
+                        self.cout.extend_from_slice(&own);
+                    }
                     None if failed && self.tracking => {
                         match super::tracking::unrename_error(msg, self.id) {
-                            Some(m) => self.cout.extend_from_slice(&m),
-                            None => self.cout.extend_from_slice(msg),
+                            Some(m) => {
+                                direct.spill(&mut self.cout, buf);
+                                self.cout.extend_from_slice(&m);
+                            }
+                            None => direct.pass_on(&mut self.cout, buf, at, at + total),
                         }
                     }
-                    None => self.cout.extend_from_slice(msg),
+                    None => direct.pass_on(&mut self.cout, buf, at, at + total),
                 }
                 if step.ready {
                     self.count_query();
@@ -205,6 +237,7 @@ impl Session<'_> {
                 .as_mut()
                 .expect("server messages are handled only while a server is held");
             while let Some(answer) = srv.replies.pop_answer() {
+                direct.spill(&mut self.cout, buf);
                 match answer {
                     Owed::Synthetic(m) => self.cout.extend_from_slice(&m),
                     Owed::ClientClose { name, kept, reply } => {
@@ -241,6 +274,49 @@ impl Session<'_> {
         self.owe(Owed::Synthetic(Bytes::from(m)));
         // The rest of the block, already sent by the client, must not run outside it.
         self.refused_bytes = self.cbuf.len();
+    }
+}
+
+/// The run of forwarded bytes at the start of a drain that has not been copied: it can go to
+/// the client straight from the server's buffer.
+struct Direct {
+    /// Still possible: the client buffer is empty and nothing but this run was forwarded.
+    allowed: bool,
+    run: Option<std::ops::Range<usize>>,
+}
+
+impl Direct {
+    /// Passes `buf[from..to]` (whole messages, unchanged) on: extends the run when it
+    /// continues it, else queues it in `cout` behind everything before it.
+    fn pass_on(&mut self, cout: &mut BytesMut, buf: &[u8], from: usize, to: usize) {
+        if self.allowed {
+            match &mut self.run {
+                None => {
+                    self.run = Some(from..to);
+                    return;
+                }
+                Some(run) if run.end == from => {
+                    run.end = to;
+                    return;
+                }
+                Some(_) => {}
+            }
+        }
+        self.spill(cout, buf);
+        cout.extend_from_slice(&buf[from..to]);
+    }
+
+    /// Before anything else goes to `cout`: the run goes there first, and the rest of this
+    /// drain is queued there too, so the order holds.
+    fn spill(&mut self, cout: &mut BytesMut, buf: &[u8]) {
+        if self.allowed {
+            self.allowed = false;
+            // Room for everything forwarded, in one reservation rather than growth by doubling.
+            cout.reserve(buf.len());
+        }
+        if let Some(run) = self.run.take() {
+            cout.extend_from_slice(&buf[run]);
+        }
     }
 }
 

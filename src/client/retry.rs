@@ -143,6 +143,11 @@ fn is_plan_change(error: &[u8]) -> bool {
 }
 
 impl Session<'_> {
+    /// Whether [`Session::settle_retry`] may write a held error to the client.
+    pub(super) fn retry_holds_error(&self) -> bool {
+        matches!(self.retry, PlanRetry::Failed(_))
+    }
+
     /// At the batch's ReadyForQuery: retry if a plan-change error is held, the client is not
     /// in a transaction and nothing came after the batch (then the ReadyForQuery is swallowed:
     /// returns true); otherwise deliver the held error before it. Resets for the next batch.

@@ -47,6 +47,15 @@ impl<T> MaybeTls<T> {
 }
 
 impl ClientStream {
+    /// Writes what a plain socket takes at once, without waiting; 0 for TLS (whose bytes go
+    /// through rustls), when the socket is full, or on an error (the next write reports it).
+    pub fn try_write_plain(&self, buf: &[u8]) -> usize {
+        match self {
+            MaybeTls::Plain(s) => s.try_write(buf).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     /// Ready when a read would not wait: the socket is readable, or (TLS) rustls already holds
     /// decrypted bytes or the peer's close. Registers no waiter node of its own.
     pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -2243,6 +2243,32 @@ async fn statement_mode_refuses_pipelined_transaction() {
     pg.psql("drop table core_stmt_pipe");
 }
 
+/// A client that reads late: a 20 MB result fills its socket, so the pooler's writes straight
+/// from the server's buffer are cut short and the rest waits in the client buffer. Every row
+/// arrives, in order and intact, and the session goes on.
+#[tokio::test]
+async fn large_result_to_a_client_that_reads_late() {
+    let pooler = Pooler::start(support::shared(), &["--mode", "transaction"]);
+    let mut c = Raw::connect(pooler.port(), "droid", DB).await;
+    c.send(&raw::query(
+        "select g, repeat(chr(65 + g % 26), 10000) from generate_series(1, 2000) g",
+    ))
+    .await;
+    // Not reading meanwhile: the socket fills.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frames = c.until_ready().await;
+    assert_eq!(raw::tags(&frames), format!("T{}CZ", "D".repeat(2000)));
+    for (i, f) in frames[1..2001].iter().enumerate() {
+        let g = i + 1;
+        assert_eq!(raw::first_col(f).as_deref(), Some(g.to_string().as_str()));
+        let want = char::from(65 + (g % 26) as u8).to_string().repeat(10000);
+        assert!(f.body().ends_with(want.as_bytes()), "row {g} is damaged");
+    }
+    c.send(&raw::query("select 'after'")).await;
+    let f = c.until_ready().await;
+    assert_eq!(raw::first_col(&f[1]).as_deref(), Some("after"));
+}
+
 /// Busy clients keep their buffers between transactions, but only a bounded number of them:
 /// past that, a client that goes idle frees its buffers, and a client that leaves gives its
 /// slot back (the per-client idle memory bound of issue 4 holds however many ran queries).
