@@ -9,6 +9,8 @@ PgBouncer, then calls this script with their ports and PIDs. This script:
 * reads each pooler's CPU time (utime+stime in /proc/PID/stat) around each run;
 * measures 1-client latency (average, p99 from pgbench's per-transaction log);
 * runs 500 clients over the same pool of 20;
+* runs -S simple through a minimal relay (bench/floor/relay.c: recv and send,
+  nothing else) for the floor of any relaying pooler's CPU per transaction;
 * opens N idle authenticated client connections and reads VmRSS before/after;
 * writes a Markdown report and a PNG chart, and prints the targets table.
 
@@ -38,6 +40,7 @@ DIRECT = "direct"
 DROID = "droid-pool"
 DROID_TP = "droid-pool --track-prepared"
 PGB = "PgBouncer"
+FLOOR = "minimal relay"
 
 CLK_TCK = int(subprocess.run(["getconf", "CLK_TCK"], capture_output=True, text=True, check=True).stdout)
 
@@ -165,6 +168,7 @@ class Bench:
             DROID: (args.droid_port, args.droid_pid),
             DROID_TP: (args.droid_tp_port, args.droid_tp_pid),
             PGB: (args.pgb_port, args.pgb_pid),
+            FLOOR: (args.floor_port, args.floor_pid),
         }
         self.runs: list[Run] = []
         self.ncpu = os.cpu_count() or 1
@@ -316,6 +320,9 @@ class Bench:
         for name, _label, extra, systems in self.rows:
             for system in systems:
                 self.pgbench(f"row:{name}", system, rnd, extra, 50, 2, self.t_row)
+            if name == "select-simple":
+                # Right after the row it is compared with, in the same round.
+                self.pgbench("floor", FLOOR, rnd, extra, 50, 2, self.t_row)
         for system in (DROID, PGB):
             self.pgbench("c500", system, rnd, ["-S"], 500, 2, self.t_500, log=True, sampling=0.1)
         for system in (DIRECT, DROID, PGB):
@@ -438,6 +445,14 @@ async def idle_test(port, pid, n, concurrency=400):
 
 
 # --- report ---------------------------------------------------------------------------
+def autogroup():
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return "on" if f.read().strip() == "1" else "off"
+    except OSError:
+        return "not available"
+
+
 def machine_info():
     lscpu = sh(["lscpu"])
     model = re.search(r"Model name:\s*(.+)", lscpu)
@@ -471,6 +486,13 @@ def versions(a):
 def evaluate(b: Bench, idle):
     """Computes every figure the report and the targets need."""
     R = {"rows": {}, "c500": {}, "lat1": {}, "idle": idle}
+    R["floor"] = {
+        "tps": median(b.per_round("floor", FLOOR, "tps")),
+        "cpu": median(b.per_round("floor", FLOOR, "cpu_us_per_txn")),
+        "cpu_vs_pgb": median(b.ratio_rounds("floor", FLOOR, "row:select-simple", PGB, "cpu_us_per_txn")),
+        "droid_vs_floor": median(b.ratio_rounds("row:select-simple", DROID, "floor", FLOOR, "cpu_us_per_txn")),
+        "errors": b.errors_of(["floor"], FLOOR),
+    }
     for name, label, _extra, systems in b.rows:
         kind = f"row:{name}"
         row = {"label": label, "systems": systems, "tps": {}, "cpu": {}, "errors": {}}
@@ -668,6 +690,9 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     for name, value, ok in T:
         add(f"| {name} | {value} | **{verdict(ok)}** |")
     add("")
+    add(f"For the CPU lines: a relay that does nothing but forward bytes (see \"The floor\" below) spent "
+        f"{fmt(R['floor']['cpu_vs_pgb'], '.3f')}× PgBouncer's CPU per `-S -M simple` transaction in this run.")
+    add("")
     add(f"## Throughput at 50 clients (`-c 50 -j 2 -T {b.t_row}`), pool of 20, transaction mode")
     add("")
     add(f"Medians over {b.rounds} round(s); each round runs direct, droid-pool, PgBouncer back to back. Ratios are "
@@ -700,6 +725,21 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
             e = row["errors"].get(s)
             cells.append("–" if e is None else _err_cell(e))
         add(f"| {row['label']} | " + " | ".join(cells) + " |")
+    add("")
+    f = R["floor"]
+    add("## The floor: a relay that only forwards bytes")
+    add("")
+    add("`bench/floor/relay.c` (not part of droid-pool) is one thread with one epoll set that gives every client "
+        "its own server connection and forwards bytes as they arrive: one `recv` and one `send` per readiness, "
+        "nothing parsed, nothing pooled. Its CPU per transaction is what relaying over loopback TCP costs in the "
+        "kernel, which every relaying pooler pays; a pooler's own work comes on top. It runs the `-S -M simple` "
+        "row in every round, right after PgBouncer. Its throughput is not comparable with the poolers': without "
+        "a pool, PostgreSQL runs 50 backends instead of 20.")
+    add("")
+    add("| | CPU µs/txn | vs PgBouncer's CPU (same round) | droid-pool's CPU / this | tps | errors |")
+    add("| --- | ---: | ---: | ---: | ---: | --- |")
+    add(f"| minimal relay, `-S -M simple` | {fmt(f['cpu'], '.1f')} | {fmt(f['cpu_vs_pgb'], '.3f')}× "
+        f"| {fmt(f['droid_vs_floor'], '.3f')}× | {fmt(f['tps'])} | {_err_cell(f['errors'])} |")
     add("")
     add(f"## Added latency at 1 client (`-c 1 -j 1 -T {b.t_lat} -S -M simple --log`)")
     add("")
@@ -753,16 +793,22 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("- PgBouncer: run as the postgres user with `pool_mode = transaction`, `default_pool_size = 20`, "
         "`max_client_conn = 20000`, `auth_type = trust`, `listen_addr = 127.0.0.1`, no unix socket, TLS disabled, "
         "`log_connections = 0`, `log_disconnections = 0`.")
+    add("- Minimal relay: `bench/floor/relay.c` built with `cc -O2`, listening on 127.0.0.1 and connecting each "
+        "client to PostgreSQL's port.")
+    add("- Sessions: PostgreSQL (through `pg_ctl`), both droid-pool instances, PgBouncer and the minimal relay each "
+        "run in a session of their own (`setsid`), as daemons and containers do; pgbench runs in the harness's. "
+        f"Autogroup scheduling is {autogroup()} on this kernel: with it on, the processes of one session share one "
+        "CPU share, so a pooler left in pgbench's session would compete with pgbench for it.")
     add(f"- Warm-up: a {b.t_warm} s `-S` run against every target before round 1 (not reported).")
     add(f"- Open-file limit {b.a.nofile}.")
     add("")
     add("## Commands")
     add("")
     add("Ports are `$PG` (PostgreSQL), `$DP` (droid-pool), `$DPT` (droid-pool --track-prepared), `$PGB` (PgBouncer); "
-        "`$PORT` is each of them in turn.")
+        "`$PORT` is each of them in turn (and the minimal relay's port).")
     add("")
     add("```sh")
-    add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M simple postgres      # direct, droid-pool, PgBouncer")
+    add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M simple postgres      # direct, droid-pool, PgBouncer, minimal relay")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M extended postgres    # direct, droid-pool, PgBouncer")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M prepared postgres    # direct, droid-pool --track-prepared")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} postgres                   # TPC-B: direct, droid-pool, PgBouncer")
@@ -810,6 +856,8 @@ def missing_numbers(R, T):
                 missing.append(f"{name} tps {s}")
             if s != DIRECT and row["cpu"].get(s) is None:
                 missing.append(f"{name} CPU/txn {s}")
+    if R["floor"]["cpu"] is None or R["floor"]["cpu_vs_pgb"] is None:
+        missing.append("minimal relay CPU/txn")
     for s, x in R["c500"].items():
         if x["tps"] is None or x["p99"] is None:
             missing.append(f"500 clients {s}")
@@ -842,6 +890,8 @@ def main():
     ap.add_argument("--pgb-port", type=int, required=True)
     ap.add_argument("--pgb-pid", type=int, required=True)
     ap.add_argument("--pgb-log", required=True)
+    ap.add_argument("--floor-port", type=int, required=True)
+    ap.add_argument("--floor-pid", type=int, required=True)
     ap.add_argument("--idle-clients", type=int, required=True)
     ap.add_argument("--droid-version", default="", help="the source state the binary was built from")
     ap.add_argument("--nofile", required=True)
@@ -862,7 +912,8 @@ def main():
     T = targets(R, a.idle_clients)
     logs = {DROID: pooler_log_summary(a.droid_log), DROID_TP: pooler_log_summary(a.droid_tp_log),
             PGB: pooler_log_summary(a.pgb_log)}
-    alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid), PGB: alive(a.pgb_pid)}
+    alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid), PGB: alive(a.pgb_pid),
+                 FLOOR: alive(a.floor_pid)}
     os.makedirs(os.path.dirname(os.path.abspath(a.out_md)), exist_ok=True)
     write_chart(R, a.out_png)
     write_report(b, R, T, a.idle_clients, machine_info(), versions(a), started, finished,
