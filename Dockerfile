@@ -9,15 +9,29 @@
 ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-bookworm AS build
+# PostgreSQL and pgbench, for the training run of the profile-guided build (this stage only).
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends postgresql postgresql-contrib \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY scripts/build-pgo.sh ./scripts/
+COPY scripts/lib/pg.sh ./scripts/lib/
+# PGO=0: droid-pool without profile-guided optimisation.
+ARG PGO=1
+# droid-pool comes from scripts/build-pgo.sh, the same binary bench/run.sh measures: an
+# instrumented build runs pgbench through itself against a throwaway PostgreSQL, then the
+# release build uses that profile (it falls back to the plain release build, saying why, where
+# that cannot run). The operator is a plain release build.
 # The registry and the target directory are BuildKit cache mounts: after a source change only
 # droid-pool itself is compiled again. --locked: exactly the dependencies of Cargo.lock.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin droid-pool --bin droid-pool-operator \
- && install -D -m 0755 target/release/droid-pool /out/droid-pool \
+    PGO=$PGO bash scripts/build-pgo.sh \
+ && cargo build --release --locked --bin droid-pool-operator \
+ && install -D -m 0755 target/pgo/droid-pool /out/droid-pool \
  && install -D -m 0755 target/release/droid-pool-operator /out/droid-pool-operator
 
 # distroless/cc: glibc and libgcc only (the build stage is Debian 12, so is this), no shell.

@@ -476,6 +476,7 @@ def versions(a):
     built = a.droid_version or (commit + (" + uncommitted changes in src/ or Cargo.*" if dirty else ""))
     return {
         "droid-pool": built,
+        "droid-pool build": a.droid_build or "?",
         "PostgreSQL": sh([os.path.join(a.pg_bin, "postgres"), "--version"]),
         "pgbench": sh([a.pgbench, "--version"]),
         "PgBouncer": sh([a.pgbouncer_bin, "--version"]).splitlines()[0] if sh([a.pgbouncer_bin, "--version"]) else "?",
@@ -786,7 +787,7 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
         "`max_connections = 200` (fsync stays on); `pgbench -i -s 10`. Before every run the harness runs, directly "
         "against PostgreSQL, what pgbench's own pre-run vacuum does (`VACUUM pgbench_branches`, `VACUUM "
         "pgbench_tellers`, `TRUNCATE pgbench_history`) plus a `CHECKPOINT`, and pgbench gets `-n`.")
-    add("- droid-pool: `target/release/droid-pool --port P --server-port PG --pool-size 20 --mode transaction "
+    add("- droid-pool: `target/pgo/droid-pool --port P --server-port PG --pool-size 20 --mode transaction "
         "--config droid-pool.yaml` with `log: {events: false}` and `client: {max_connections: 20000}`. Event lines "
         "are turned off because they are one stdout write per event, several per transaction. The prepared row "
         "uses a second instance with the same flags plus `--track-prepared`.")
@@ -894,6 +895,7 @@ def main():
     ap.add_argument("--floor-pid", type=int, required=True)
     ap.add_argument("--idle-clients", type=int, required=True)
     ap.add_argument("--droid-version", default="", help="the source state the binary was built from")
+    ap.add_argument("--droid-build", default="", help="how the binary was built (scripts/build-pgo.sh)")
     ap.add_argument("--nofile", required=True)
     a = ap.parse_args()
 

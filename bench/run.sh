@@ -2,15 +2,17 @@
 # Benchmark harness: droid-pool against PgBouncer and a direct PostgreSQL
 # connection, on this machine, in the same run (issue 4).
 #
-#   bench/run.sh           full run (about 20 minutes): writes docs/benchmarks.md
-#                          and docs/benchmarks.png
-#   bench/run.sh --smoke   a few seconds per run, 1 round, 1,000 idle clients;
+#   bench/run.sh           full run (about 30 minutes with the profile-guided
+#                          build): writes docs/benchmarks.md and docs/benchmarks.png
+#   bench/run.sh --smoke   a few seconds per run, 1 round, 1,000 idle clients, the
+#                          plain release build (PGO=1 for the profile-guided one);
 #                          writes to a temp dir (printed), never to docs/.
 #                          Checks only that the harness works end to end and that
 #                          every target produced a number; nothing about speed.
 #
-# It builds the release binary, starts a throwaway PostgreSQL (initdb in a temp
-# dir, max_connections 200, pgbench scale 10), two droid-pool instances (plain,
+# It builds the release binary (scripts/build-pgo.sh, as the image does), starts a
+# throwaway PostgreSQL (initdb in a temp dir, max_connections 200, pgbench scale 10),
+# two droid-pool instances (plain,
 # and --track-prepared for the prepared row) and PgBouncer (Debian's package,
 # installed when missing), all in transaction mode with a pool of 20 and no TLS,
 # and the minimal relay bench/floor/relay.c (the CPU floor of any relaying pooler),
@@ -26,7 +28,7 @@ for arg in "$@"; do
   case $arg in
     --smoke) SMOKE=1 ;;
     -h | --help)
-      sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -59,9 +61,17 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; the
 fi
 PGBOUNCER=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
 
-log "cargo build --release --bin droid-pool"
-cargo build --release --bin droid-pool
-POOLER=$ROOT/target/release/droid-pool
+# The binary the image ships: built with profile-guided optimisation by the same script the
+# Dockerfile runs (it says so, or why not, in target/pgo/BUILD).
+# The smoke run (CI) takes the plain build unless PGO=1 is set: the two extra release builds
+# of the profile-guided one would take CI about ten minutes more.
+if [[ $SMOKE -eq 1 ]]; then
+  export PGO=${PGO:-0}
+fi
+log "scripts/build-pgo.sh (droid-pool with profile-guided optimisation, PGO=${PGO:-1})"
+POOLER=$(bash scripts/build-pgo.sh | tail -n 1)
+DROID_BUILD=$(cat "$ROOT/target/pgo/BUILD")
+log "droid-pool: $DROID_BUILD"
 # What the binary was built from; the working tree may hold uncommitted changes.
 DROID_VERSION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null) ]]; then
@@ -295,5 +305,6 @@ fi
   --floor-port "$FLOOR_PORT" --floor-pid "$FLOOR_PID" \
   --idle-clients "$IDLE_CLIENTS" \
   --droid-version "$DROID_VERSION" \
+  --droid-build "$DROID_BUILD" \
   --nofile "$NOFILE"
 log "report: $OUT_DIR/benchmarks.md, chart: $OUT_DIR/benchmarks.png"

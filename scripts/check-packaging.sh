@@ -65,7 +65,7 @@ bins=$(cargo metadata --no-deps --format-version 1 --offline \
   | "$PY" -c 'import json,sys; print(" ".join(t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"] if "bin" in t["kind"]))')
 # shellcheck disable=SC2086 # one argument per bin target
 "$PY" scripts/check_packaging.py dockerfile Dockerfile $bins || die "Dockerfile"
-for keep in Cargo.toml Cargo.lock src/; do
+for keep in Cargo.toml Cargo.lock src/ scripts/build-pgo.sh scripts/lib/pg.sh; do
   grep -qx "!$keep" .dockerignore || die ".dockerignore does not let $keep into the build context"
 done
 
@@ -187,7 +187,7 @@ section "yamllint"
 # --- shell scripts ------------------------------------------------------------
 section "shell scripts (bash -n, shellcheck)"
 scripts=(tests/kind/*.sh chaos/gameday/run.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
-  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh)
+  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done
