@@ -90,9 +90,11 @@ cleanup() {
 trap cleanup EXIT
 
 # --- 1. the instrumented build --------------------------------------------------------------
-RAW=$TMP/profraw
+# A fixed path, so that the instrumented build's flags, and so its cached artefacts, stay the
+# same from one run to the next.
+RAW=$OUT_DIR/profraw
+rm -rf "$RAW"
 mkdir -p "$RAW"
-chmod 0777 "$RAW"
 say "instrumented build (target/pgo-gen)"
 RUSTFLAGS="-Cprofile-generate=$RAW" cargo build --release --locked --bin droid-pool \
   --target-dir "$GEN_TARGET" >&2
@@ -158,8 +160,12 @@ fi
 
 # --- 3. merge, and the release build that uses the profile --------------------------------
 "$PROFDATA" merge -o "$TMP/droid-pool.profdata" "${raws[@]}" >&2 || plain "llvm-profdata merge failed"
+# Named by its content: cargo does not look into the file, only at the flags naming it.
+PROFILE=$OUT_DIR/droid-pool-$(sha256sum "$TMP/droid-pool.profdata" | cut -c1-16).profdata
+rm -f "$OUT_DIR"/droid-pool-*.profdata
+mv "$TMP/droid-pool.profdata" "$PROFILE"
 say "release build with the profile (target/pgo-use)"
-RUSTFLAGS="-Cprofile-use=$TMP/droid-pool.profdata" cargo build --release --locked --bin droid-pool \
+RUSTFLAGS="-Cprofile-use=$PROFILE" cargo build --release --locked --bin droid-pool \
   --target-dir "$USE_TARGET" >&2
 install -m 0755 "$USE_TARGET/release/droid-pool" "$OUT_DIR/droid-pool"
 echo "PGO ($(rustc --version | cut -d' ' -f2), trained on pgbench -S simple/extended/prepared, TPC-B, 1 and 200 clients)" \
