@@ -732,8 +732,9 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("")
     add("`bench/floor/relay.c` (not part of droid-pool) is one thread with one epoll set that gives every client "
         "its own server connection and forwards bytes as they arrive: one `recv` and one `send` per readiness, "
-        "nothing parsed, nothing pooled. Its CPU per transaction is what relaying over loopback TCP costs in the "
-        "kernel, which every relaying pooler pays; a pooler's own work comes on top. It runs the `-S -M simple` "
+        "nothing parsed, nothing pooled. Its CPU per transaction is about what relaying over loopback TCP costs in "
+        "the kernel, which every relaying pooler pays; a pooler's own work comes on top. It is not a strict bound: "
+        "it holds 50 server connections where a pool holds 20, and its epoll is level-triggered. It runs the `-S -M simple` "
         "row in every round, right after PgBouncer. Its throughput is not comparable with the poolers': without "
         "a pool, PostgreSQL runs 50 backends instead of 20.")
     add("")

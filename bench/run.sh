@@ -190,7 +190,6 @@ next_port
 DROID_PORT=$FREE_PORT
 next_port
 DROID_TP_PORT=$FREE_PORT
-SETSID=(setsid)
 if ! command -v setsid >/dev/null 2>&1; then
   log "setsid (util-linux) not found"
   exit 1
@@ -211,9 +210,9 @@ fi
 # cost the pooler about a tenth of its throughput, whichever pooler it was.
 # (A background job of a script is no process-group leader, so setsid execs without forking
 # and $! is the server's own PID.)
-"${SETSID[@]}" "$POOLER" --port "$DROID_PORT" "${DROID_ARGS[@]}" "${ADMIN_ARGS[@]}" >"$TMP/droid-pool.log" 2>&1 &
+setsid "$POOLER" --port "$DROID_PORT" "${DROID_ARGS[@]}" "${ADMIN_ARGS[@]}" >"$TMP/droid-pool.log" 2>&1 &
 DROID_PID=$!
-"${SETSID[@]}" "$POOLER" --port "$DROID_TP_PORT" "${DROID_ARGS[@]}" "${ADMIN_TP_ARGS[@]}" --track-prepared \
+setsid "$POOLER" --port "$DROID_TP_PORT" "${DROID_ARGS[@]}" "${ADMIN_TP_ARGS[@]}" --track-prepared \
   >"$TMP/droid-pool-tp.log" 2>&1 &
 DROID_TP_PID=$!
 
@@ -249,7 +248,7 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 # runuser applies the login limits: raise the soft open-file limit again inside.
 # shellcheck disable=SC2016 # the single-quoted script expands its own arguments
-(cd "$PGB_DIR" && exec "${SETSID[@]}" "${AS_PG[@]}" bash -c 'ulimit -n "$1" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$2" "$3"' \
+(cd "$PGB_DIR" && exec setsid "${AS_PG[@]}" bash -c 'ulimit -n "$1" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$2" "$3"' \
   _ "$NOFILE" "$PGBOUNCER" "$PGB_DIR/pgbouncer.ini") >"$TMP/pgbouncer.out" 2>&1 &
 PGB_RUNNER_PID=$!
 
@@ -274,7 +273,7 @@ fi
 "$CC_BIN" -O2 -o "$TMP/relay" bench/floor/relay.c
 next_port
 FLOOR_PORT=$FREE_PORT
-"${SETSID[@]}" "$TMP/relay" "$FLOOR_PORT" "$PG_PORT" >"$TMP/relay.log" 2>&1 &
+setsid "$TMP/relay" "$FLOOR_PORT" "$PG_PORT" >"$TMP/relay.log" 2>&1 &
 FLOOR_PID=$!
 
 wait_ready droid-pool "$DROID_PORT"

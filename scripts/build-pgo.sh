@@ -9,9 +9,9 @@
 #   PGO=0 scripts/build-pgo.sh    the plain release build, in the same place
 #
 # Why: the relay's hot code is small but spread out. After every sleep it starts cold, and at
-# one client that is most of its user time. With the profile, callgrind counts about a quarter
-# fewer instructions and a third fewer instruction-cache lines per transaction
-# (docs/performance.md, sessions 6 and 7).
+# one client that is most of its user time. With the profile, callgrind counts a third fewer
+# instructions and about half the instruction-cache lines per transaction at one client, and a
+# quarter fewer instructions at 50 (docs/performance.md, sessions 6 and 7).
 #
 # Needs llvm-profdata of rustc's own LLVM (rustup's llvm-tools component, added here when
 # rustup is there) and PostgreSQL with pgbench (scripts/ensure-deps.sh). Without either, or if

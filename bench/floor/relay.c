@@ -3,8 +3,9 @@
  * droid-pool and PgBouncer. Not a pooler and not part of droid-pool: one thread, one epoll
  * set, and for every accepted client its own connection to the server (no pooling). Bytes
  * are forwarded as they arrive, one recv and one send per readiness, nothing parsed, nothing
- * buffered. Whatever a real pooler spends beyond this is its own work; what this spends is
- * the kernel's share of relaying over loopback TCP, which every relay pays.
+ * buffered. What this spends is about the kernel's share of relaying over loopback TCP, which
+ * every relay pays; a real pooler's own work comes on top. Not a strict bound: it holds one
+ * server connection per client where a pool holds fewer, and its epoll is level-triggered.
  *
  * Usage: relay LISTEN_PORT SERVER_PORT   (both on 127.0.0.1)
  *
