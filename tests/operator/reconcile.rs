@@ -257,11 +257,12 @@ async fn deployment_target_and_replica_changes() {
             .filter(|(s, _)| *s == 12)
     })
     .await;
-    let stored = get(&client, &ns, "orders").await;
-    assert_eq!(
-        condition(&stored, "Ready"),
-        Some(("False".into(), "PoolersNotReady".into()))
-    );
+    // The status is written after the ConfigMap: wait for the condition, then check its value.
+    let ready = eventually("Ready condition", || async {
+        condition(&get(&client, &ns, "orders").await, "Ready")
+    })
+    .await;
+    assert_eq!(ready, ("False".into(), "PoolersNotReady".into()));
 
     // An autoscaler (another field manager) scales to 4: the ConfigMap follows, the pods'
     // template does not change (no restart), and the operator does not scale back.
