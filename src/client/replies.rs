@@ -52,16 +52,22 @@ impl Session<'_> {
     }
 
     fn maybe_release(&mut self) {
-        let idle = self.server.as_ref().is_some_and(|s| s.replies.is_empty());
-        if self.release_due && idle && self.status == b::TX_IDLE && self.mode != PoolMode::Session {
+        if self.release_ready() {
             self.release();
         }
+    }
+
+    /// The transaction is over and the server owes nothing more: it goes back at this round's end.
+    fn release_ready(&self) -> bool {
+        let idle = self.server.as_ref().is_some_and(|s| s.replies.is_empty());
+        self.release_due && idle && self.status == b::TX_IDLE && self.mode != PoolMode::Session
     }
 
     /// Handles every whole message buffered from the server: forwarded messages and the
     /// pooler's own answers go to the client in order. A leading run of messages forwarded
     /// unchanged is written to a plain client straight from the server's buffer, without
-    /// waiting; only what the socket does not take is copied to the client buffer.
+    /// waiting, unless it ends the transaction; only what the socket does not take is copied
+    /// to the client buffer.
     pub(super) fn drain_server(&mut self) -> Result<(), ClientError> {
         const HELD: &str = "server messages are handled only while a server is held";
         // Messages are handled in place and the buffer advanced once: no split per message.
@@ -76,8 +82,11 @@ impl Session<'_> {
         let res = self.drain_messages(&rbuf, &mut done, &mut direct);
         if let Some(run) = direct.run.take() {
             let bytes = &rbuf[run];
-            // After an error the run is only queued: the error path flushes it first.
-            let n = if res.is_ok() {
+            // After an error the run is only queued: the error path flushes it first. A run
+            // that ends the transaction is queued too and written after the release, so a
+            // client holding its reply finds the transaction counted and the server back in
+            // the pool (the admin server scrapes from another thread).
+            let n = if res.is_ok() && !self.release_ready() {
                 self.client.try_write_plain(bytes)
             } else {
                 0

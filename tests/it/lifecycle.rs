@@ -4,9 +4,9 @@
 //! drain deadline, `/metrics` (promtool, and counters that move when their events happen),
 //! `/status` and `POST /drain`.
 //!
-//! Every test runs on a multi-threaded runtime: the harness's admin and exit helpers block
-//! (briefly), so they are wrapped in `block_in_place` and the clients' connection tasks keep
-//! running meanwhile.
+//! Every test but one runs on a multi-threaded runtime: the harness's admin and exit helpers
+//! block (briefly), so they are wrapped in `block_in_place` and the clients' connection tasks
+//! keep running meanwhile. The exception pins its thread to one CPU and says why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpStream};
@@ -870,6 +870,59 @@ async fn metrics_pass_promtool_and_counters_move() {
         promtool_check(&in_tx);
         promtool_check(&after);
     });
+}
+
+/// A client that has its reply finds its transaction in `/metrics` and the server back in the
+/// pool, though the admin server scrapes from another thread. The pooler, its admin thread and
+/// this test share one CPU, and the pooler's data-plane thread runs as SCHED_IDLE: the reply's
+/// wakeup of this thread preempts it right after its write, and the admin thread answers the
+/// scrape before it runs again. Whatever the pooler did after writing the reply is then not
+/// seen. (A current-thread runtime on the pinned test thread runs the client; the scrape
+/// blocks it between queries, when no query is in flight.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_reply_comes_after_its_transaction_is_counted() {
+    let pg = support::shared();
+    let pooler = Pooler::start(pg, &[]);
+    let pin = |args: &[&str]| {
+        let ok = Command::new("taskset")
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "taskset {args:?}");
+    };
+    let pid = pooler.pid().to_string();
+    pin(&["-a", "-p", "-c", "0", &pid]);
+    let ok = Command::new("chrt")
+        .args(["-i", "-p", "0", &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "chrt -i -p 0 {pid}");
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = me.file_name().expect("tid").to_string_lossy().into_owned();
+    pin(&["-p", "-c", "0", &tid]);
+
+    let c = pooler.connect(USER, DB).await;
+    assert_eq!(scalar(&c, "select 1").await, "1");
+    let pool = [("database", DB), ("user", USER)];
+    let (code, text) = pooler.admin_get("/metrics");
+    assert_eq!(code, 200);
+    let base = metric_value(&text, "droidpool_transactions_total", &[]);
+    for i in 1..=100 {
+        assert_eq!(scalar(&c, "select 1").await, "1");
+        let (code, text) = pooler.admin_get("/metrics");
+        assert_eq!(code, 200);
+        assert_eq!(
+            metric_value(&text, "droidpool_transactions_total", &[]) - base,
+            f64::from(i),
+            "transaction {i} not counted when its reply had arrived"
+        );
+        assert_eq!(
+            metric_value(&text, "pgbouncer_pools_server_active_connections", &pool),
+            0.0,
+            "server still held after transaction {i}'s reply"
+        );
+    }
 }
 
 /// With --track-prepared, a statement parsed on one server and executed on another is
