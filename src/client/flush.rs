@@ -74,7 +74,11 @@ impl Session<'_> {
         if self.cout.is_empty() {
             return Ok(());
         }
-        self.client.send(&self.cout).await?;
+        // Most replies fit the socket at once: written without a future; the rest waits.
+        let n = self.client.try_write_plain(&self.cout);
+        if n < self.cout.len() {
+            self.client.send(&self.cout[n..]).await?;
+        }
         self.shared
             .metrics
             .clients
