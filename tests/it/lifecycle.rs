@@ -891,16 +891,31 @@ async fn a_reply_comes_after_its_transaction_is_counted() {
             .is_ok_and(|s| s.success());
         assert!(ok, "taskset {args:?}");
     };
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = me.file_name().expect("tid").to_string_lossy().into_owned();
+    // The first CPU this thread may use (a container's cpuset need not include CPU 0).
+    let out = Command::new("taskset")
+        .args(["-c", "-p", &tid])
+        .output()
+        .expect("taskset");
+    let list = String::from_utf8_lossy(&out.stdout);
+    let cpu: String = list
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert!(!cpu.is_empty(), "taskset -c -p {tid}: {list}");
     let pid = pooler.pid().to_string();
-    pin(&["-a", "-p", "-c", "0", &pid]);
+    pin(&["-a", "-p", "-c", &cpu, &pid]);
     let ok = Command::new("chrt")
         .args(["-i", "-p", "0", &pid])
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "chrt -i -p 0 {pid}");
-    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    let tid = me.file_name().expect("tid").to_string_lossy().into_owned();
-    pin(&["-p", "-c", "0", &tid]);
+    pin(&["-p", "-c", &cpu, &tid]);
 
     let c = pooler.connect(USER, DB).await;
     assert_eq!(scalar(&c, "select 1").await, "1");
