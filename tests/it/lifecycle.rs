@@ -883,13 +883,13 @@ async fn metrics_pass_promtool_and_counters_move() {
 async fn a_reply_comes_after_its_transaction_is_counted() {
     let pg = support::shared();
     let pooler = Pooler::start(pg, &[]);
-    let pin = |args: &[&str]| {
-        let ok = Command::new("taskset")
+    let run = |program: &str, args: &[&str]| {
+        let ok = Command::new(program)
             .args(args)
             .stdout(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "taskset {args:?}");
+        assert!(ok, "{program} {args:?}");
     };
     let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
     let tid = me.file_name().expect("tid").to_string_lossy().into_owned();
@@ -909,13 +909,9 @@ async fn a_reply_comes_after_its_transaction_is_counted() {
         .collect();
     assert!(!cpu.is_empty(), "taskset -c -p {tid}: {list}");
     let pid = pooler.pid().to_string();
-    pin(&["-a", "-p", "-c", &cpu, &pid]);
-    let ok = Command::new("chrt")
-        .args(["-i", "-p", "0", &pid])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "chrt -i -p 0 {pid}");
-    pin(&["-p", "-c", &cpu, &tid]);
+    run("taskset", &["-a", "-p", "-c", &cpu, &pid]);
+    run("chrt", &["-i", "-p", "0", &pid]);
+    run("taskset", &["-p", "-c", &cpu, &tid]);
 
     let c = pooler.connect(USER, DB).await;
     assert_eq!(scalar(&c, "select 1").await, "1");
