@@ -10,7 +10,9 @@ PgBouncer, then calls this script with their ports and PIDs. This script:
 * measures 1-client latency (average, p99 from pgbench's per-transaction log);
 * runs 500 clients over the same pool of 20;
 * runs -S simple through a minimal relay (bench/floor/relay.c: recv and send,
-  nothing else) for the floor of any relaying pooler's CPU per transaction;
+  nothing else) for the floor of any relaying pooler's CPU per transaction, and
+  through the same relay over io_uring (bench/floor/uring_relay.c) when run.sh
+  could start it;
 * opens N idle authenticated client connections and reads VmRSS before/after;
 * writes a Markdown report and a PNG chart, and prints the targets table.
 
@@ -41,6 +43,7 @@ DROID = "droid-pool"
 DROID_TP = "droid-pool --track-prepared"
 PGB = "PgBouncer"
 FLOOR = "minimal relay"
+FLOOR_URING = "minimal relay, io_uring"
 
 CLK_TCK = int(subprocess.run(["getconf", "CLK_TCK"], capture_output=True, text=True, check=True).stdout)
 
@@ -170,6 +173,11 @@ class Bench:
             PGB: (args.pgb_port, args.pgb_pid),
             FLOOR: (args.floor_port, args.floor_pid),
         }
+        # The relays that run in this harness: the io_uring one only where it could start.
+        self.floors = [FLOOR]
+        if args.uring_port is not None:
+            self.systems[FLOOR_URING] = (args.uring_port, args.uring_pid)
+            self.floors.append(FLOOR_URING)
         self.runs: list[Run] = []
         self.ncpu = os.cpu_count() or 1
         self.max_quiet_wait = 0 if args.smoke else 120  # per run
@@ -322,7 +330,8 @@ class Bench:
                 self.pgbench(f"row:{name}", system, rnd, extra, 50, 2, self.t_row)
             if name == "select-simple":
                 # Right after the row it is compared with, in the same round.
-                self.pgbench("floor", FLOOR, rnd, extra, 50, 2, self.t_row)
+                for floor in self.floors:
+                    self.pgbench("floor", floor, rnd, extra, 50, 2, self.t_row)
         for system in (DROID, PGB):
             self.pgbench("c500", system, rnd, ["-S"], 500, 2, self.t_500, log=True, sampling=0.1)
         for system in (DIRECT, DROID, PGB):
@@ -487,13 +496,18 @@ def versions(a):
 def evaluate(b: Bench, idle):
     """Computes every figure the report and the targets need."""
     R = {"rows": {}, "c500": {}, "lat1": {}, "idle": idle}
-    R["floor"] = {
-        "tps": median(b.per_round("floor", FLOOR, "tps")),
-        "cpu": median(b.per_round("floor", FLOOR, "cpu_us_per_txn")),
-        "cpu_vs_pgb": median(b.ratio_rounds("floor", FLOOR, "row:select-simple", PGB, "cpu_us_per_txn")),
-        "droid_vs_floor": median(b.ratio_rounds("row:select-simple", DROID, "floor", FLOOR, "cpu_us_per_txn")),
-        "errors": b.errors_of(["floor"], FLOOR),
+    R["floors"] = {
+        floor: {
+            "tps": median(b.per_round("floor", floor, "tps")),
+            "tps_vs_pgb": median(b.ratio_rounds("floor", floor, "row:select-simple", PGB)),
+            "cpu": median(b.per_round("floor", floor, "cpu_us_per_txn")),
+            "cpu_vs_pgb": median(b.ratio_rounds("floor", floor, "row:select-simple", PGB, "cpu_us_per_txn")),
+            "droid_vs_floor": median(b.ratio_rounds("row:select-simple", DROID, "floor", floor, "cpu_us_per_txn")),
+            "errors": b.errors_of(["floor"], floor),
+        }
+        for floor in b.floors
     }
+    R["floor"] = R["floors"][FLOOR]
     for name, label, _extra, systems in b.rows:
         kind = f"row:{name}"
         row = {"label": label, "systems": systems, "tps": {}, "cpu": {}, "errors": {}}
@@ -692,7 +706,9 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
         add(f"| {name} | {value} | **{verdict(ok)}** |")
     add("")
     add(f"For the CPU lines: a relay that does nothing but forward bytes (see \"The floor\" below) spent "
-        f"{fmt(R['floor']['cpu_vs_pgb'], '.3f')}× PgBouncer's CPU per `-S -M simple` transaction in this run.")
+        f"{fmt(R['floor']['cpu_vs_pgb'], '.3f')}× PgBouncer's CPU per `-S -M simple` transaction in this run"
+        + (f"; the same relay over io_uring spent {fmt(R['floors'][FLOOR_URING]['cpu_vs_pgb'], '.3f')}×."
+           if FLOOR_URING in R["floors"] else "; the io_uring relay could not run on this machine."))
     add("")
     add(f"## Throughput at 50 clients (`-c 50 -j 2 -T {b.t_row}`), pool of 20, transaction mode")
     add("")
@@ -727,21 +743,30 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
             cells.append("–" if e is None else _err_cell(e))
         add(f"| {row['label']} | " + " | ".join(cells) + " |")
     add("")
-    f = R["floor"]
     add("## The floor: a relay that only forwards bytes")
     add("")
     add("`bench/floor/relay.c` (not part of droid-pool) is one thread with one epoll set that gives every client "
         "its own server connection and forwards bytes as they arrive: one `recv` and one `send` per readiness, "
         "nothing parsed, nothing pooled. Its CPU per transaction is about what relaying over loopback TCP costs in "
         "the kernel, which every relaying pooler pays; a pooler's own work comes on top. It is not a strict bound: "
-        "it holds 50 server connections where a pool holds 20, and its epoll is level-triggered. It runs the `-S -M simple` "
-        "row in every round, right after PgBouncer. Its throughput is not comparable with the poolers': without "
-        "a pool, PostgreSQL runs 50 backends instead of 20.")
+        "it holds 50 server connections where a pool holds 20, and its epoll is level-triggered. "
+        "`bench/floor/uring_relay.c` does the same over io_uring: every receive and send is a ring operation, and "
+        "one `io_uring_enter` submits a batch and waits for the next completions, so it asks what a different "
+        "transport takes off the floor. Each relay runs the `-S -M simple` row in every round, right after "
+        "PgBouncer. Their throughput is not a pooler's: without a pool, PostgreSQL runs 50 backends instead of 20.")
     add("")
-    add("| | CPU µs/txn | vs PgBouncer's CPU (same round) | droid-pool's CPU / this | tps | errors |")
-    add("| --- | ---: | ---: | ---: | ---: | --- |")
-    add(f"| minimal relay, `-S -M simple` | {fmt(f['cpu'], '.1f')} | {fmt(f['cpu_vs_pgb'], '.3f')}× "
-        f"| {fmt(f['droid_vs_floor'], '.3f')}× | {fmt(f['tps'])} | {_err_cell(f['errors'])} |")
+    add("| | CPU µs/txn | vs PgBouncer's CPU (same round) | droid-pool's CPU / this | tps | tps vs PgBouncer "
+        "(same round) | errors |")
+    add("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for floor, label in ((FLOOR, "minimal relay (epoll)"), (FLOOR_URING, "minimal relay (io_uring)")):
+        f = R["floors"].get(floor)
+        if f is None:
+            add(f"| {label}, `-S -M simple` | not measured: the relay could not start on this machine "
+                "| | | | | |")
+            continue
+        add(f"| {label}, `-S -M simple` | {fmt(f['cpu'], '.1f')} | {fmt(f['cpu_vs_pgb'], '.3f')}× "
+            f"| {fmt(f['droid_vs_floor'], '.3f')}× | {fmt(f['tps'])} | {fmt(f['tps_vs_pgb'], '.3f')}× "
+            f"| {_err_cell(f['errors'])} |")
     add("")
     add(f"## Added latency at 1 client (`-c 1 -j 1 -T {b.t_lat} -S -M simple --log`)")
     add("")
@@ -795,8 +820,9 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("- PgBouncer: run as the postgres user with `pool_mode = transaction`, `default_pool_size = 20`, "
         "`max_client_conn = 20000`, `auth_type = trust`, `listen_addr = 127.0.0.1`, no unix socket, TLS disabled, "
         "`log_connections = 0`, `log_disconnections = 0`.")
-    add("- Minimal relay: `bench/floor/relay.c` built with `cc -O2`, listening on 127.0.0.1 and connecting each "
-        "client to PostgreSQL's port.")
+    add("- Minimal relays: `bench/floor/relay.c` built with `cc -O2`, and `bench/floor/uring_relay.c` built with "
+        "`cc -O2 -luring` (liburing " + (b.a.liburing or "not installed") + "), each listening on 127.0.0.1 and "
+        "connecting each client to PostgreSQL's port.")
     add("- Sessions: PostgreSQL (through `pg_ctl`), both droid-pool instances, PgBouncer and the minimal relay each "
         "run in a session of their own (`setsid`), as daemons and containers do; pgbench runs in the harness's. "
         f"Autogroup scheduling is {autogroup()} on this kernel: with it on, the processes of one session share one "
@@ -807,10 +833,10 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("## Commands")
     add("")
     add("Ports are `$PG` (PostgreSQL), `$DP` (droid-pool), `$DPT` (droid-pool --track-prepared), `$PGB` (PgBouncer); "
-        "`$PORT` is each of them in turn (and the minimal relay's port).")
+        "`$PORT` is each of them in turn (and the minimal relays' ports).")
     add("")
     add("```sh")
-    add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M simple postgres      # direct, droid-pool, PgBouncer, minimal relay")
+    add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M simple postgres      # direct, droid-pool, PgBouncer, minimal relays")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M extended postgres    # direct, droid-pool, PgBouncer")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} -S -M prepared postgres    # direct, droid-pool --track-prepared")
     add(f"pgbench -h 127.0.0.1 -p $PORT -U postgres -n -c 50 -j 2 -T {b.t_row} postgres                   # TPC-B: direct, droid-pool, PgBouncer")
@@ -858,8 +884,9 @@ def missing_numbers(R, T):
                 missing.append(f"{name} tps {s}")
             if s != DIRECT and row["cpu"].get(s) is None:
                 missing.append(f"{name} CPU/txn {s}")
-    if R["floor"]["cpu"] is None or R["floor"]["cpu_vs_pgb"] is None:
-        missing.append("minimal relay CPU/txn")
+    for floor, f in R["floors"].items():
+        if f["cpu"] is None or f["cpu_vs_pgb"] is None:
+            missing.append(f"{floor} CPU/txn")
     for s, x in R["c500"].items():
         if x["tps"] is None or x["p99"] is None:
             missing.append(f"500 clients {s}")
@@ -894,6 +921,9 @@ def main():
     ap.add_argument("--pgb-log", required=True)
     ap.add_argument("--floor-port", type=int, required=True)
     ap.add_argument("--floor-pid", type=int, required=True)
+    ap.add_argument("--uring-port", type=int, help="the io_uring relay, when run.sh could start it")
+    ap.add_argument("--uring-pid", type=int)
+    ap.add_argument("--liburing", default="", help="liburing's version, for the report")
     ap.add_argument("--idle-clients", type=int, required=True)
     ap.add_argument("--droid-version", default="", help="the source state the binary was built from")
     ap.add_argument("--droid-build", default="", help="how the binary was built (scripts/build-pgo.sh)")
@@ -917,6 +947,8 @@ def main():
             PGB: pooler_log_summary(a.pgb_log)}
     alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid), PGB: alive(a.pgb_pid),
                  FLOOR: alive(a.floor_pid)}
+    if a.uring_pid is not None:
+        alive_now[FLOOR_URING] = alive(a.uring_pid)
     os.makedirs(os.path.dirname(os.path.abspath(a.out_md)), exist_ok=True)
     write_chart(R, a.out_png)
     write_report(b, R, T, a.idle_clients, machine_info(), versions(a), started, finished,

@@ -15,7 +15,8 @@
 # two droid-pool instances (plain,
 # and --track-prepared for the prepared row) and PgBouncer (Debian's package,
 # installed when missing), all in transaction mode with a pool of 20 and no TLS,
-# and the minimal relay bench/floor/relay.c (the CPU floor of any relaying pooler),
+# and the minimal relays bench/floor/relay.c (epoll) and bench/floor/uring_relay.c
+# (io_uring, when the machine allows it): the CPU floor of any relaying pooler;
 # then hands over to bench/bench.py, which runs pgbench and writes the report.
 # Everything it started is stopped and its temp dir removed on exit.
 set -euo pipefail
@@ -118,6 +119,7 @@ DROID_PID=""
 DROID_TP_PID=""
 PGB_RUNNER_PID=""
 FLOOR_PID=""
+URING_PID=""
 
 stop_pid() {
   local pid=$1
@@ -146,6 +148,7 @@ cleanup() {
   fi
   stop_pid "$PGB_RUNNER_PID"
   stop_pid "$FLOOR_PID"
+  stop_pid "$URING_PID"
   if [[ $PG_STARTED -eq 1 ]]; then
     pg_stop "$PGDATA_DIR" fast
   fi
@@ -276,6 +279,35 @@ FLOOR_PORT=$FREE_PORT
 setsid "$TMP/relay" "$FLOOR_PORT" "$PG_PORT" >"$TMP/relay.log" 2>&1 &
 FLOOR_PID=$!
 
+# The same relay over io_uring (bench/floor/uring_relay.c): what a different transport takes
+# off the floor. Optional: it needs liburing's headers (installed here when apt can) and a
+# kernel that allows io_uring (container runtimes often forbid it); without them the report
+# says the row was not measured.
+URING_ARGS=()
+if [[ ! -f /usr/include/liburing.h ]] && command -v apt-get >/dev/null 2>&1 \
+  && [[ $(id -u) -eq 0 || ${#SUDO[@]} -gt 0 ]]; then
+  log "installing liburing-dev (for bench/floor/uring_relay.c)"
+  { "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+    && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends liburing-dev; } >/dev/null 2>&1 || true
+fi
+if "$CC_BIN" -O2 -o "$TMP/uring_relay" bench/floor/uring_relay.c -luring 2>"$TMP/uring_relay.build"; then
+  next_port
+  URING_PORT=$FREE_PORT
+  setsid "$TMP/uring_relay" "$URING_PORT" "$PG_PORT" >"$TMP/uring_relay.log" 2>&1 &
+  URING_PID=$!
+  if wait_ready "io_uring relay" "$URING_PORT"; then
+    URING_ARGS=(--uring-port "$URING_PORT" --uring-pid "$URING_PID"
+      --liburing "$(dpkg-query -W -f='${Version}' liburing-dev 2>/dev/null || true)")
+  else
+    log "the io_uring relay did not start (io_uring not allowed here?); its row is left out"
+    stop_pid "$URING_PID"
+    URING_PID=""
+  fi
+else
+  log "bench/floor/uring_relay.c did not build (no liburing?); its row is left out"
+fi
+
 wait_ready droid-pool "$DROID_PORT"
 wait_ready "droid-pool --track-prepared" "$DROID_TP_PORT"
 wait_ready PgBouncer "$PGB_PORT"
@@ -301,7 +333,7 @@ fi
   --droid-port "$DROID_PORT" --droid-pid "$DROID_PID" --droid-log "$TMP/droid-pool.log" \
   --droid-tp-port "$DROID_TP_PORT" --droid-tp-pid "$DROID_TP_PID" --droid-tp-log "$TMP/droid-pool-tp.log" \
   --pgb-port "$PGB_PORT" --pgb-pid "$PGB_PID" --pgb-log "$PGB_DIR/pgbouncer.log" \
-  --floor-port "$FLOOR_PORT" --floor-pid "$FLOOR_PID" \
+  --floor-port "$FLOOR_PORT" --floor-pid "$FLOOR_PID" "${URING_ARGS[@]}" \
   --idle-clients "$IDLE_CLIENTS" \
   --droid-version "$DROID_VERSION" \
   --droid-build "$DROID_BUILD" \

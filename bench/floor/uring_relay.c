@@ -1,0 +1,160 @@
+/*
+ * The floor of relaying through io_uring instead of epoll: the same job as relay.c (one
+ * thread, every accepted client paired with its own server connection, bytes forwarded as they
+ * arrive, nothing parsed), but every receive and send is a ring operation and one
+ * io_uring_enter both submits the batch and waits for the next completions. It answers one
+ * question for issue 4: how much of the kernel's share of relaying a different transport
+ * removes. Not a pooler and not part of droid-pool.
+ *
+ * Usage: uring_relay LISTEN_PORT SERVER_PORT   (both on 127.0.0.1)
+ *
+ * Each connection has one receive buffer. A completed receive queues a send of those bytes to
+ * the peer, linked to the next receive on the same buffer, so the buffer is not reused before
+ * the send has taken it. Made for pgbench -S: a short send ends the pair. Exits on SIGTERM.
+ */
+#include <arpa/inet.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_FD 8192
+#define BUF 16384
+
+enum op { OP_ACCEPT = 1, OP_RECV = 2, OP_SEND = 3 };
+
+static int peer[MAX_FD];
+static unsigned sent_len[MAX_FD];
+static char bufs[MAX_FD][BUF];
+static struct io_uring ring;
+
+static uint64_t tag(enum op op, int fd) { return ((uint64_t)op << 32) | (uint32_t)fd; }
+
+static struct io_uring_sqe *sqe(void) {
+    struct io_uring_sqe *s = io_uring_get_sqe(&ring);
+    if (!s) {
+        io_uring_submit(&ring);
+        s = io_uring_get_sqe(&ring);
+    }
+    return s;
+}
+
+static void arm_recv(int fd) {
+    struct io_uring_sqe *s = sqe();
+    io_uring_prep_recv(s, fd, bufs[fd], BUF, 0);
+    io_uring_sqe_set_data64(s, tag(OP_RECV, fd));
+}
+
+static void arm_accept(int ls) {
+    struct io_uring_sqe *s = sqe();
+    io_uring_prep_multishot_accept(s, ls, NULL, NULL, 0);
+    io_uring_sqe_set_data64(s, tag(OP_ACCEPT, ls));
+}
+
+static struct sockaddr_in loopback(int port) {
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    return a;
+}
+
+static void close_pair(int fd) {
+    int other = peer[fd];
+    if (other < 0) return;
+    peer[fd] = peer[other] = -1;
+    /* Pending receives on the two fds complete with an error once they are closed. */
+    shutdown(fd, SHUT_RDWR);
+    shutdown(other, SHUT_RDWR);
+    close(fd);
+    close(other);
+}
+
+static void pair_up(int client, int server_port) {
+    int one = 1;
+    struct sockaddr_in sa = loopback(server_port);
+    int server = socket(AF_INET, SOCK_STREAM, 0);
+    if (client >= MAX_FD || server < 0 || server >= MAX_FD ||
+        connect(server, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        perror("uring_relay: connect to server");
+        close(client);
+        if (server >= 0) close(server);
+        return;
+    }
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    peer[client] = server;
+    peer[server] = client;
+    arm_recv(client);
+    arm_recv(server);
+}
+
+int main(int argc, char **argv) {
+    for (int fd = 0; fd < MAX_FD; fd++) peer[fd] = -1;
+    if (argc != 3) {
+        fprintf(stderr, "usage: uring_relay LISTEN_PORT SERVER_PORT\n");
+        return 2;
+    }
+    int listen_port = atoi(argv[1]), server_port = atoi(argv[2]), one = 1;
+    struct sockaddr_in la = loopback(listen_port);
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(ls, (struct sockaddr *)&la, sizeof la) != 0 || listen(ls, 1024) != 0) {
+        perror("uring_relay: listen");
+        return 1;
+    }
+    /* Completions are handled only when this thread asks for them: no interrupting task work. */
+    struct io_uring_params p = {0};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    int r = io_uring_queue_init_params(4096, &ring, &p);
+    if (r < 0) {
+        /* Older kernels: plain ring. */
+        memset(&p, 0, sizeof p);
+        r = io_uring_queue_init_params(4096, &ring, &p);
+    }
+    if (r < 0) {
+        fprintf(stderr, "uring_relay: io_uring_queue_init: %s\n", strerror(-r));
+        return 1;
+    }
+    arm_accept(ls);
+    for (;;) {
+        r = io_uring_submit_and_wait(&ring, 1);
+        if (r < 0 && r != -EINTR) {
+            fprintf(stderr, "uring_relay: submit_and_wait: %s\n", strerror(-r));
+            return 1;
+        }
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            seen++;
+            uint64_t t = io_uring_cqe_get_data64(cqe);
+            enum op op = (enum op)(t >> 32);
+            int fd = (int)(uint32_t)t, res = cqe->res;
+            if (op == OP_ACCEPT) {
+                if (res >= 0) pair_up(res, server_port);
+                if (!(cqe->flags & IORING_CQE_F_MORE)) arm_accept(ls);
+            } else if (op == OP_RECV) {
+                if (peer[fd] < 0) continue;
+                if (res <= 0) {
+                    close_pair(fd);
+                    continue;
+                }
+                struct io_uring_sqe *s = sqe();
+                io_uring_prep_send(s, peer[fd], bufs[fd], (size_t)res, MSG_NOSIGNAL);
+                io_uring_sqe_set_data64(s, tag(OP_SEND, fd));
+                s->flags |= IOSQE_IO_LINK;
+                sent_len[fd] = (unsigned)res;
+                arm_recv(fd);
+            } else if (op == OP_SEND) {
+                /* A failed or short send cancels the linked receive; end the pair. */
+                if (res != (int)sent_len[fd] && peer[fd] >= 0) close_pair(fd);
+            }
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+}
