@@ -12,28 +12,16 @@
  * Made for pgbench -S only: sends are blocking, which is safe for replies far smaller than
  * a socket buffer. Exits on SIGTERM (the default action).
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+
+#include "floor.h"
 
 #define MAX_FD 65536
 
 static int peer[MAX_FD];
 static char buf[65536];
-
-static struct sockaddr_in loopback(int port) {
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    return a;
-}
 
 static void watch(int ep, int fd) {
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
@@ -41,18 +29,8 @@ static void watch(int ep, int fd) {
 }
 
 static void pair_up(int ep, int client, int server_port) {
-    int one = 1;
-    struct sockaddr_in sa = loopback(server_port);
-    int server = socket(AF_INET, SOCK_STREAM, 0);
-    if (client >= MAX_FD || server < 0 || server >= MAX_FD ||
-        connect(server, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("relay: connect to server");
-        close(client);
-        if (server >= 0) close(server);
-        return;
-    }
-    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int server = connect_server(client, server_port, MAX_FD);
+    if (server < 0) return;
     peer[client] = server;
     peer[server] = client;
     watch(ep, client);
@@ -65,14 +43,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: relay LISTEN_PORT SERVER_PORT\n");
         return 2;
     }
-    int listen_port = atoi(argv[1]), server_port = atoi(argv[2]), one = 1;
-    struct sockaddr_in la = loopback(listen_port);
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(ls, (struct sockaddr *)&la, sizeof la) != 0 || listen(ls, 1024) != 0) {
-        perror("relay: listen");
-        return 1;
-    }
+    int server_port = atoi(argv[2]);
+    int ls = listen_loopback(atoi(argv[1]));
+    if (ls < 0) return 1;
     int ep = epoll_create1(0);
     watch(ep, ls);
     struct epoll_event events[256];

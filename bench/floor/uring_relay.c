@@ -12,16 +12,12 @@
  * the peer, linked to the next receive on the same buffer, so the buffer is not reused before
  * the send has taken it. Made for pgbench -S: a short send ends the pair. Exits on SIGTERM.
  */
-#include <arpa/inet.h>
 #include <liburing.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+
+#include "floor.h"
 
 #define MAX_FD 8192
 #define BUF 16384
@@ -56,14 +52,6 @@ static void arm_accept(int ls) {
     io_uring_sqe_set_data64(s, tag(OP_ACCEPT, ls));
 }
 
-static struct sockaddr_in loopback(int port) {
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    return a;
-}
-
 static void close_pair(int fd) {
     int other = peer[fd];
     if (other < 0) return;
@@ -76,18 +64,8 @@ static void close_pair(int fd) {
 }
 
 static void pair_up(int client, int server_port) {
-    int one = 1;
-    struct sockaddr_in sa = loopback(server_port);
-    int server = socket(AF_INET, SOCK_STREAM, 0);
-    if (client >= MAX_FD || server < 0 || server >= MAX_FD ||
-        connect(server, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("uring_relay: connect to server");
-        close(client);
-        if (server >= 0) close(server);
-        return;
-    }
-    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int server = connect_server(client, server_port, MAX_FD);
+    if (server < 0) return;
     peer[client] = server;
     peer[server] = client;
     arm_recv(client);
@@ -100,14 +78,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: uring_relay LISTEN_PORT SERVER_PORT\n");
         return 2;
     }
-    int listen_port = atoi(argv[1]), server_port = atoi(argv[2]), one = 1;
-    struct sockaddr_in la = loopback(listen_port);
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(ls, (struct sockaddr *)&la, sizeof la) != 0 || listen(ls, 1024) != 0) {
-        perror("uring_relay: listen");
-        return 1;
-    }
+    int server_port = atoi(argv[2]);
+    int ls = listen_loopback(atoi(argv[1]));
+    if (ls < 0) return 1;
     /* Completions are handled only when this thread asks for them: no interrupting task work. */
     struct io_uring_params p = {0};
     p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
