@@ -8,9 +8,13 @@
  *
  * Usage: uring_relay LISTEN_PORT SERVER_PORT   (both on 127.0.0.1)
  *
- * Each connection has one receive buffer. A completed receive queues a send of those bytes to
- * the peer, linked to the next receive on the same buffer, so the buffer is not reused before
- * the send has taken it. Made for pgbench -S: a short send ends the pair. Exits on SIGTERM.
+ * Each connection has one receive buffer and one chain of operations in flight: a receive,
+ * or a send of what it received to the peer linked to the next receive on the same buffer (so
+ * the buffer is not reused before the send has taken it). Every chain ends in a receive's
+ * completion. A pair is torn down by shutting both sockets down, which ends both chains, and
+ * the descriptors are closed only then: a number the kernel hands out again can never meet a
+ * completion meant for the connection that had it. Made for pgbench -S: a short send ends the
+ * pair. Exits on SIGTERM.
  */
 #include <liburing.h>
 #include <stdint.h>
@@ -25,6 +29,10 @@
 enum op { OP_ACCEPT = 1, OP_RECV = 2, OP_SEND = 3 };
 
 static int peer[MAX_FD];
+/* The pair is being torn down; no new operation starts on it. */
+static char closing[MAX_FD];
+/* The descriptor's chain has ended (only while closing). */
+static char ended[MAX_FD];
 static unsigned sent_len[MAX_FD];
 static char bufs[MAX_FD][BUF];
 static struct io_uring ring;
@@ -52,13 +60,22 @@ static void arm_accept(int ls) {
     io_uring_sqe_set_data64(s, tag(OP_ACCEPT, ls));
 }
 
-static void close_pair(int fd) {
+/* Starts the teardown: both chains end once their sockets are shut down. */
+static void end_pair(int fd) {
     int other = peer[fd];
-    if (other < 0) return;
-    peer[fd] = peer[other] = -1;
-    /* Pending receives on the two fds complete with an error once they are closed. */
+    if (closing[fd]) return;
+    closing[fd] = closing[other] = 1;
     shutdown(fd, SHUT_RDWR);
     shutdown(other, SHUT_RDWR);
+}
+
+/* The chain of fd (in a pair being torn down) has ended: close the pair once both have. */
+static void chain_ended(int fd) {
+    int other = peer[fd];
+    ended[fd] = 1;
+    if (!ended[other]) return;
+    peer[fd] = peer[other] = -1;
+    closing[fd] = closing[other] = ended[fd] = ended[other] = 0;
     close(fd);
     close(other);
 }
@@ -112,9 +129,9 @@ int main(int argc, char **argv) {
                 if (res >= 0) pair_up(res, server_port);
                 if (!(cqe->flags & IORING_CQE_F_MORE)) arm_accept(ls);
             } else if (op == OP_RECV) {
-                if (peer[fd] < 0) continue;
-                if (res <= 0) {
-                    close_pair(fd);
+                if (res <= 0) end_pair(fd);
+                if (closing[fd]) {
+                    chain_ended(fd);
                     continue;
                 }
                 struct io_uring_sqe *s = sqe();
@@ -124,8 +141,8 @@ int main(int argc, char **argv) {
                 sent_len[fd] = (unsigned)res;
                 arm_recv(fd);
             } else if (op == OP_SEND) {
-                /* A failed or short send cancels the linked receive; end the pair. */
-                if (res != (int)sent_len[fd] && peer[fd] >= 0) close_pair(fd);
+                /* A failed send cancels the linked receive, whose completion ends the chain. */
+                if (res != (int)sent_len[fd]) end_pair(fd);
             }
         }
         io_uring_cq_advance(&ring, seen);
