@@ -50,10 +50,17 @@ port_in_use() {
 }
 
 # Sets FREE_PORT to a port that nothing listens on and that this script has not handed out.
+# It comes from below the kernel's ephemeral range, so no outgoing connection holds it, nor any
+# of the thousands a benchmark leaves in TIME_WAIT (either makes the listener's bind fail).
 next_port() {
-  local port
+  local port low=32768 base=10000 span
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  span=$((low - base))
+  if [[ $span -lt 2000 ]]; then
+    base=20000 span=40000
+  fi
   for _ in $(seq 1 200); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((base + RANDOM % span))
     if [[ $USED_PORTS != *" $port "* ]] && ! port_in_use "$port"; then
       USED_PORTS+="$port "
       FREE_PORT=$port
