@@ -8,6 +8,7 @@ mod error;
 mod finish;
 mod flush;
 mod io;
+mod pass;
 mod replies;
 mod requests;
 mod retry;

@@ -7,15 +7,35 @@ use std::time::Instant;
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{error_fields, ClientError};
+use super::pass::Pass;
 use super::session::Session;
 use crate::config::PoolMode;
 use crate::prepared::{self, ClientStatements, ServerStatements};
 use crate::protocol::backend as b;
 use crate::protocol::{frame, frontend, sqlstate};
-use crate::server::Owed;
+use crate::server::{Owed, Step};
 
 /// The largest message accepted from a server (PostgreSQL's own limit is 1 GB).
 const SERVER_MAX_MESSAGE: usize = 1 << 30;
+/// The largest server message the pooler holds whole to read it (ReadyForQuery,
+/// ParameterStatus, CommandComplete, an ErrorResponse it may rewrite). Anything else larger
+/// than `client.buffer_size` is passed on in pieces.
+const SERVER_HOLD_MAX: usize = 1 << 20;
+
+fn lost(e: impl std::fmt::Display) -> ClientError {
+    ClientError::ServerLost(e.to_string())
+}
+
+/// Whether a server message must be held whole: the pooler reads its body. An ErrorResponse
+/// larger than [`SERVER_HOLD_MAX`] is passed on unread instead (its tag is all the reply
+/// queue needs; it is then neither renamed back nor retried).
+fn must_hold(tag: u8, total: usize) -> bool {
+    match tag {
+        b::ERROR_RESPONSE_TAG => total <= SERVER_HOLD_MAX,
+        b::PARAMETER_STATUS_TAG | b::READY_FOR_QUERY_TAG | b::COMMAND_COMPLETE_TAG => true,
+        _ => false,
+    }
+}
 
 impl Session<'_> {
     /// Handles what the server sent, then writes, releases and answers.
@@ -60,7 +80,11 @@ impl Session<'_> {
     /// The transaction is over and the server owes nothing more: it goes back at this round's end.
     fn release_ready(&self) -> bool {
         let idle = self.server.as_ref().is_some_and(|s| s.replies.is_empty());
-        self.release_due && idle && self.status == b::TX_IDLE && self.mode != PoolMode::Session
+        self.release_due
+            && idle
+            && self.status == b::TX_IDLE
+            && self.mode != PoolMode::Session
+            && self.cpass.is_idle()
     }
 
     /// Handles every whole message buffered from the server: forwarded messages and the
@@ -101,7 +125,9 @@ impl Session<'_> {
         res
     }
 
-    /// Handles the whole messages of `buf` from `done` on, advancing `done` past each.
+    /// Handles the messages of `buf` from `done` on, advancing `done` past each: whole ones,
+    /// and the first bytes of one too large to hold, whose rest is passed on (or dropped) as
+    /// it arrives.
     fn drain_messages(
         &mut self,
         buf: &[u8],
@@ -109,17 +135,40 @@ impl Session<'_> {
         direct: &mut Direct,
     ) -> Result<(), ClientError> {
         loop {
+            if !self.spass.is_idle() {
+                let n = self.spass.take(buf.len() - *done);
+                if n == 0 {
+                    return Ok(());
+                }
+                if self.spass.keeps() {
+                    direct.pass_on(&mut self.cout, buf, *done, *done + n);
+                }
+                *done += n;
+                continue;
+            }
             let srv = self
                 .server
                 .as_mut()
                 .expect("server messages are handled only while a server is held");
             let rest = &buf[*done..];
-            let total = match frame::complete_len(rest, SERVER_MAX_MESSAGE) {
-                Ok(Some(t)) => t,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(ClientError::ServerLost(e.to_string())),
+            let Some((tag, len)) = frame::peek_header(rest) else {
+                return Ok(());
             };
-            let tag = rest[0];
+            let total = frame::checked_total(len, SERVER_MAX_MESSAGE).map_err(lost)?;
+            let whole = rest.len() >= total;
+            if !whole {
+                if total > self.buffer && !must_hold(tag, total) {
+                    self.server_head(tag, total, buf, done, direct)?;
+                    continue;
+                }
+                if total > SERVER_HOLD_MAX {
+                    return Err(ClientError::ServerLost(format!(
+                        "server sent a message of type {tag} of {total} bytes, more than the \
+                         {SERVER_HOLD_MAX} the pooler holds to read it"
+                    )));
+                }
+                return Ok(());
+            }
             if tag == b::DATA_ROW_TAG && srv.replies.passes_rows() {
                 // Rows are the bulk of a result and need no bookkeeping: the whole run of
                 // them is copied at once.
@@ -137,96 +186,14 @@ impl Session<'_> {
             let msg = &rest[..total];
             let at = *done;
             *done += total;
-            let mut step = if tag == b::ERROR_RESPONSE_TAG {
-                let held = match srv.replies.front() {
-                    Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),
-                    _ => false,
-                };
-                let mut step = srv.replies.on_error(&mut self.skipped);
-                step.forward &= !held;
-                step
-            } else {
-                srv.replies.on_message(tag)
-            };
-            match tag {
-                b::PARAMETER_STATUS_TAG => {
-                    let (k, v) = b::parse_parameter_status(&msg[frame::HEADER_LEN..])
-                        .map_err(|e| ClientError::ServerLost(e.to_string()))?;
-                    srv.set_param(k, v);
-                    // The client changed it (SET): it is the client's value now.
-                    self.params.set(k, v);
-                }
-                b::READY_FOR_QUERY_TAG => {
-                    self.status = b::parse_ready_for_query(&msg[frame::HEADER_LEN..])
-                        .map_err(|e| ClientError::ServerLost(e.to_string()))?;
-                }
-                b::COMMAND_COMPLETE_TAG
-                    if self.tracking
-                        && prepared::drops_all_statements(&msg[frame::HEADER_LEN..]) =>
-                {
-                    // The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the
-                    // command is gone, for this client and on this server.
-                    let marks = match (&step.completed, srv.replies.front()) {
-                        (
-                            Some(Owed::Marked {
-                                client_seq,
-                                server_seq,
-                                ..
-                            }),
-                            _,
-                        )
-                        | (
-                            None,
-                            Some(Owed::Marked {
-                                client_seq,
-                                server_seq,
-                                ..
-                            }),
-                        ) => Some((*client_seq, *server_seq)),
-                        _ => None,
-                    };
-                    let (client_seq, server_seq) =
-                        marks.unwrap_or((u64::MAX, srv.statements.next_seq()));
-                    self.statements.drop_older_than(client_seq);
-                    srv.statements.drop_older_than(server_seq);
-                }
-                _ => {}
-            }
-            let failed = tag == b::ERROR_RESPONSE_TAG;
-            let mut substitute = None;
-            if let Some(done) = step.completed {
-                if let Owed::Substitute { error, .. } = &done {
-                    substitute = Some(error.clone());
-                }
-                settle(&mut self.statements, &mut srv.statements, done, failed);
-            }
-            for o in self.skipped.drain(..) {
-                settle(&mut self.statements, &mut srv.statements, o, true);
-            }
-            let drained = srv.replies.is_empty();
-            if step.ready && drained && self.retry_holds_error() {
-                direct.spill(&mut self.cout, buf);
-            }
-            if step.ready && drained && self.settle_retry(self.status) {
-                // The batch is being sent again: this ReadyForQuery is not the client's.
-                step.forward = false;
-                step.ready = false;
-            }
-            if step.ready
-                && step.forward
-                && self.mode == PoolMode::Statement
-                && self.status != b::TX_IDLE
-            {
-                step.forward = false;
-                self.refuse_transaction();
-            }
+            let (step, substitute) = self.classify(tag, Some(msg), buf, direct)?;
             if step.forward {
                 match substitute {
                     Some(own) => {
                         direct.spill(&mut self.cout, buf);
                         self.cout.extend_from_slice(&own);
                     }
-                    None if failed && self.tracking => {
+                    None if tag == b::ERROR_RESPONSE_TAG && self.tracking => {
                         match super::tracking::unrename_error(msg, self.id) {
                             Some(m) => {
                                 direct.spill(&mut self.cout, buf);
@@ -241,29 +208,166 @@ impl Session<'_> {
                     self.count_query();
                 }
             }
-            let srv = self
-                .server
-                .as_mut()
-                .expect("server messages are handled only while a server is held");
-            while let Some(answer) = srv.replies.pop_answer() {
-                direct.spill(&mut self.cout, buf);
-                match answer {
-                    Owed::Synthetic(m) => self.cout.extend_from_slice(&m),
-                    Owed::ClientClose { name, kept, reply } => {
-                        // Delivered in its place: the Close took effect (again, if a skip had
-                        // brought the statement back before a retry).
-                        if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
-                            self.statements.remove(&name);
-                        }
-                        self.cout.extend_from_slice(&reply);
+            self.after_step(&step, buf, direct);
+        }
+    }
+
+    /// The first bytes of a server message too large to hold (never one the pooler reads):
+    /// classified by its tag, the bytes there are passed on or dropped, and the rest follows
+    /// as it arrives.
+    fn server_head(
+        &mut self,
+        tag: u8,
+        total: usize,
+        buf: &[u8],
+        done: &mut usize,
+        direct: &mut Direct,
+    ) -> Result<(), ClientError> {
+        let at = *done;
+        let seen = buf.len() - at;
+        *done = buf.len();
+        let (step, substitute) = self.classify(tag, None, buf, direct)?;
+        let keep = step.forward && substitute.is_none();
+        if keep {
+            direct.pass_on(&mut self.cout, buf, at, at + seen);
+        } else if let Some(own) = substitute.filter(|_| step.forward) {
+            direct.spill(&mut self.cout, buf);
+            self.cout.extend_from_slice(&own);
+        }
+        self.spass = Pass::rest(total, seen, keep);
+        self.after_step(&step, buf, direct);
+        Ok(())
+    }
+
+    /// What one server message means for the reply queue and the session: the step, and the
+    /// pooler's own error to send in its place. `msg` is the whole message, or `None` for
+    /// one passed on in pieces (never one whose body the pooler reads).
+    fn classify(
+        &mut self,
+        tag: u8,
+        msg: Option<&[u8]>,
+        buf: &[u8],
+        direct: &mut Direct,
+    ) -> Result<(Step, Option<Bytes>), ClientError> {
+        let srv = self
+            .server
+            .as_mut()
+            .expect("server messages are handled only while a server is held");
+        let body = || msg.map_or(&[][..], |m| &m[frame::HEADER_LEN..]);
+        let mut step = if tag == b::ERROR_RESPONSE_TAG {
+            let held = match srv.replies.front() {
+                Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),
+                _ => false,
+            };
+            let mut step = srv.replies.on_error(&mut self.skipped);
+            step.forward &= !held;
+            if srv.replies.skips_to_sync() {
+                // The server now ignores the client's messages up to its Sync, so the pooler
+                // drops them as well, answering none; the batch cannot be sent again whole.
+                self.skipping = true;
+                self.retry.disable();
+            }
+            step
+        } else {
+            srv.replies.on_message(tag)
+        };
+        match tag {
+            b::PARAMETER_STATUS_TAG => {
+                let (k, v) = b::parse_parameter_status(body()).map_err(lost)?;
+                srv.set_param(k, v);
+                // The client changed it (SET): it is the client's value now.
+                self.params.set(k, v);
+            }
+            b::READY_FOR_QUERY_TAG => {
+                self.status = b::parse_ready_for_query(body()).map_err(lost)?;
+            }
+            b::COMMAND_COMPLETE_TAG if self.tracking && prepared::drops_all_statements(body()) => {
+                // The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the
+                // command is gone, for this client and on this server.
+                let marks = match (&step.completed, srv.replies.front()) {
+                    (
+                        Some(Owed::Marked {
+                            client_seq,
+                            server_seq,
+                            ..
+                        }),
+                        _,
+                    )
+                    | (
+                        None,
+                        Some(Owed::Marked {
+                            client_seq,
+                            server_seq,
+                            ..
+                        }),
+                    ) => Some((*client_seq, *server_seq)),
+                    _ => None,
+                };
+                let (client_seq, server_seq) =
+                    marks.unwrap_or((u64::MAX, srv.statements.next_seq()));
+                self.statements.drop_older_than(client_seq);
+                srv.statements.drop_older_than(server_seq);
+            }
+            _ => {}
+        }
+        let failed = tag == b::ERROR_RESPONSE_TAG;
+        let mut substitute = None;
+        if let Some(done) = step.completed.take() {
+            if let Owed::Substitute { error, .. } = &done {
+                substitute = Some(error.clone());
+            }
+            settle(&mut self.statements, &mut srv.statements, done, failed);
+        }
+        for o in self.skipped.drain(..) {
+            settle(&mut self.statements, &mut srv.statements, o, true);
+        }
+        let drained = srv.replies.is_empty();
+        if step.ready && drained && self.retry_holds_error() {
+            // The held error goes out before this ReadyForQuery: whatever was forwarded so
+            // far must precede it.
+            direct.spill(&mut self.cout, buf);
+        }
+        if step.ready && drained && self.settle_retry(self.status) {
+            // The batch is being sent again: this ReadyForQuery is not the client's.
+            step.forward = false;
+            step.ready = false;
+        }
+        if step.ready
+            && step.forward
+            && self.mode == PoolMode::Statement
+            && self.status != b::TX_IDLE
+        {
+            step.forward = false;
+            self.refuse_transaction();
+        }
+        Ok((step, substitute))
+    }
+
+    /// After a server message: the pooler's answers that reached the front go to the client,
+    /// and a ReadyForQuery with nothing left owed makes the server due for release.
+    fn after_step(&mut self, step: &Step, buf: &[u8], direct: &mut Direct) {
+        let srv = self
+            .server
+            .as_mut()
+            .expect("server messages are handled only while a server is held");
+        while let Some(answer) = srv.replies.pop_answer() {
+            direct.spill(&mut self.cout, buf);
+            match answer {
+                Owed::Synthetic(m) => self.cout.extend_from_slice(&m),
+                Owed::ClientClose { name, kept, reply } => {
+                    // Delivered in its place: the Close took effect (again, if a skip had
+                    // brought the statement back before a retry).
+                    if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
+                        self.statements.remove(&name);
                     }
-                    _ => {}
+                    self.cout.extend_from_slice(&reply);
                 }
+                _ => {}
             }
-            if step.ready && srv.replies.is_empty() {
-                self.release_due = true;
-                self.batch_clean = true;
-            }
+        }
+        if step.ready && srv.replies.is_empty() {
+            self.release_due = true;
+            self.batch_clean = true;
         }
     }
 
@@ -331,7 +435,12 @@ impl Direct {
 
 /// Applies what the outcome of one owed reply means for prepared-statement bookkeeping.
 /// `failed`: the server answered it with an error, or skipped it after an earlier error.
-fn settle(client: &mut ClientStatements, server: &mut ServerStatements, o: Owed, failed: bool) {
+pub(super) fn settle(
+    client: &mut ClientStatements,
+    server: &mut ServerStatements,
+    o: Owed,
+    failed: bool,
+) {
     match o {
         Owed::TrackedParse { name, id, .. } if !failed => client.confirm(&name, id),
         Owed::TrackedParse {

@@ -4,6 +4,7 @@
 use bytes::Buf;
 
 use super::error::ClientError;
+use super::pass::Pass;
 use super::session::{Flow, Session};
 use crate::config::PoolMode;
 use crate::protocol::frontend as f;
@@ -12,16 +13,52 @@ use crate::server::{Owed, Request};
 
 const IN_FAILED_TRANSACTION: &str = "25P02";
 
+/// At most this many replies owed by one server before the client's next message waits:
+/// a client that pipelines without reading is pushed back instead of queued.
+const MAX_OWED: usize = 1024;
+
+fn protocol(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Protocol(e.to_string())
+}
+
 impl Session<'_> {
-    /// Handles every whole message buffered from the client, then writes what it produced.
+    /// Handles every message buffered from the client (whole ones, and the header of one too
+    /// large to hold, whose rest is passed on as it arrives), then writes what it produced.
     pub(super) async fn on_client(&mut self) -> Result<Flow, ClientError> {
         loop {
-            let total = match frame::complete_len(&self.cbuf, self.max_message) {
-                Ok(Some(t)) => t,
-                Ok(None) => break,
-                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            if !self.cpass.is_idle() {
+                if self.cbuf.is_empty() {
+                    break;
+                }
+                self.pass_client();
+                continue;
+            }
+            if self.sout.len() >= self.buffer {
+                // A long pipeline goes out as it is read, not after all of it.
+                self.flush_server().await?;
+            }
+            let Some((tag, len)) = frame::peek_header(&self.cbuf) else {
+                break;
             };
-            let tag = self.cbuf[0];
+            let total = frame::checked_total(len, f::LARGE_MESSAGE_LIMIT + frame::HEADER_LEN)
+                .map_err(protocol)?;
+            if f::exceeds_small_limit(tag, total) {
+                return Err(ClientError::Protocol(format!(
+                    "invalid message length {len} for message type {tag}"
+                )));
+            }
+            let whole = self.cbuf.len() >= total;
+            if !whole && !self.streams(tag, total)? {
+                if total > self.max_message {
+                    let e = frame::FrameError::TooLarge {
+                        len: total,
+                        max: self.max_message,
+                    };
+                    return Err(protocol(e));
+                }
+                break;
+            }
+            let seen = if whole { total } else { self.cbuf.len() };
             if tag == f::TERMINATE_TAG {
                 self.flush_server().await?;
                 self.flush_client().await?;
@@ -33,27 +70,23 @@ impl Session<'_> {
                     tag
                 )));
             }
-            if self.mode == PoolMode::Statement
-                && self.server.as_ref().is_some_and(|s| s.replies.owes_ready())
-            {
-                // Statement mode runs one statement at a time: the next waits for this one's
-                // ReadyForQuery (and the server's release).
+            if self.must_wait(tag) {
                 break;
             }
             if self.refused_bytes > 0 {
                 self.refused_bytes = self.refused_bytes.saturating_sub(total);
-                self.cbuf.advance(total);
+                self.drop_client(seen, total);
                 self.answer_refused(tag);
                 continue;
             }
             if self.skipping {
                 if tag != f::SYNC_TAG {
-                    self.cbuf.advance(total);
+                    self.drop_client(seen, total);
                     continue;
                 }
                 self.skipping = false;
             }
-            if self.server.is_none() && self.needs_server(tag, &self.cbuf[..total])? {
+            if self.server.is_none() && self.needs_server(tag, &self.cbuf[..seen], whole)? {
                 // Boxed: the checkout future is large and only lives while waiting for a server
                 // or syncing one.
                 let res = match self.acquire_now() {
@@ -63,7 +96,7 @@ impl Session<'_> {
                 if let Err(e) = res {
                     match e {
                         ClientError::Pool(pe) => {
-                            self.cbuf.advance(total);
+                            self.drop_client(seen, total);
                             self.answer_pool_error(tag, pe)?;
                             continue;
                         }
@@ -78,13 +111,98 @@ impl Session<'_> {
                 // Room for this batch in one allocation rather than growth by doubling.
                 self.sout.reserve(cbuf.len());
             }
-            let res = self.on_request(tag, &cbuf[..total]);
+            let res = self.on_request(tag, &cbuf[..seen], total);
             self.cbuf = cbuf;
-            self.cbuf.advance(total);
+            self.cbuf.advance(seen);
             res?;
+            if !whole {
+                // Only a held server's messages are passed on: a message that needs none
+                // (COPY data after the COPY ended) is dropped, as a server drops it.
+                let keep = self.server.is_some();
+                self.cpass = Pass::rest(total, seen, keep);
+            }
         }
         self.finish_round().await?;
         Ok(Flow::Continue)
+    }
+
+    /// Passes on (or drops) the next bytes of the client message in progress.
+    fn pass_client(&mut self) {
+        let n = self.cpass.take(self.cbuf.len());
+        if self.cpass.keeps() {
+            self.sout.extend_from_slice(&self.cbuf[..n]);
+        }
+        self.cbuf.advance(n);
+    }
+
+    /// Drops a message the pooler does not pass on: the `seen` bytes buffered now, and the
+    /// rest of it as it arrives.
+    fn drop_client(&mut self, seen: usize, total: usize) {
+        self.cbuf.advance(seen);
+        if seen < total {
+            self.cpass = Pass::rest(total, seen, false);
+        }
+    }
+
+    /// Whether the next message must stay buffered until the held server has answered more:
+    /// statement mode runs one statement at a time (COPY data of the running one aside), and
+    /// a server owes at most [`MAX_OWED`] replies (then it is asked to flush what it holds).
+    fn must_wait(&mut self, tag: u8) -> bool {
+        let Some(srv) = self.server.as_ref() else {
+            return false;
+        };
+        if self.mode == PoolMode::Statement
+            && srv.replies.owes_ready()
+            && !(srv.replies.in_copy_in() && is_copy_traffic(tag))
+        {
+            return true;
+        }
+        if srv.replies.len() >= MAX_OWED {
+            // PostgreSQL holds replies until Sync, Flush or a full buffer: without a Flush a
+            // pipeline of small requests would wait for replies the server keeps.
+            f::flush(&mut self.sout);
+            return true;
+        }
+        false
+    }
+
+    /// Whether a message not yet wholly buffered is passed on in pieces: it is larger than a
+    /// buffer and the pooler needs no more of it than its first bytes.
+    fn streams(&self, tag: u8, total: usize) -> Result<bool, ClientError> {
+        if total <= self.buffer {
+            return Ok(false);
+        }
+        Ok(match tag {
+            f::QUERY_TAG | f::FUNCTION_CALL_TAG | f::COPY_DATA_TAG => true,
+            f::PARSE_TAG if self.tracking => {
+                // A named Parse is kept whole for replays; the unnamed one is not.
+                f::parse_statement_prefix(&self.cbuf).is_some_and(|span| span.len == 0)
+            }
+            // A tracked Bind is renamed in its first bytes: both names must be there.
+            f::BIND_TAG if self.tracking => f::bind_statement(&self.cbuf).is_ok(),
+            f::PARSE_TAG | f::BIND_TAG => true,
+            _ => false,
+        })
+    }
+
+    /// Whether reading the client now could help: its buffer has room, or the message in
+    /// front must be held whole and is not complete yet.
+    pub(super) fn wants_client(&self) -> bool {
+        if self.cbuf.len() < self.buffer {
+            return true;
+        }
+        if !self.cpass.is_idle() {
+            return false;
+        }
+        match frame::peek_header(&self.cbuf) {
+            Some((tag, len)) => {
+                let total = len as usize + 1;
+                total > self.cbuf.len()
+                    && total <= self.max_message
+                    && !self.streams(tag, total).unwrap_or(true)
+            }
+            None => true,
+        }
     }
 
     /// A message of a transaction block that statement mode refused: not run, answered as a
@@ -107,11 +225,14 @@ impl Session<'_> {
         }
     }
 
-    /// Whether this message has to reach a server (so one must be taken first).
-    fn needs_server(&self, tag: u8, msg: &[u8]) -> Result<bool, ClientError> {
+    /// Whether this message has to reach a server (so one must be taken first). `whole`:
+    /// `msg` is the whole message, not its first bytes.
+    fn needs_server(&self, tag: u8, msg: &[u8], whole: bool) -> Result<bool, ClientError> {
         Ok(match tag {
             f::SYNC_TAG | f::FLUSH_TAG => false,
             f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG => false,
+            // Passed on in pieces: unnamed (the check in `streams`).
+            f::PARSE_TAG if !whole => true,
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
                 self.tracked_needs_server(tag, msg)?
             }
@@ -119,34 +240,50 @@ impl Session<'_> {
         })
     }
 
-    fn on_request(&mut self, tag: u8, msg: &[u8]) -> Result<(), ClientError> {
+    /// Handles one client message: `msg` is all of it, or its first bytes when it is passed
+    /// on in pieces (`total` is its whole size).
+    fn on_request(&mut self, tag: u8, msg: &[u8], total: usize) -> Result<(), ClientError> {
         let held = self.server.is_some();
         match tag {
-            f::QUERY_TAG => self.forward(msg, Request::Query),
-            f::FUNCTION_CALL_TAG => self.forward(msg, Request::Query),
-            f::SYNC_TAG if held => self.forward(msg, Request::Sync),
+            f::QUERY_TAG => self.forward(msg, Request::Query, total),
+            f::FUNCTION_CALL_TAG => self.forward(msg, Request::Query, total),
+            f::SYNC_TAG if held => self.forward(msg, Request::Sync, total),
             f::SYNC_TAG => {
                 // Nothing of this batch reached a server: the pool answers the Sync itself.
                 backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
             }
-            f::FLUSH_TAG | f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
+            f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
                 self.sout.extend_from_slice(msg);
                 self.retry.record(msg, None);
+                self.owe(Owed::CopyEnd);
             }
-            f::EXECUTE_TAG => self.forward(msg, Request::Execute),
+            f::FLUSH_TAG | f::COPY_DATA_TAG if held => {
+                self.sout.extend_from_slice(msg);
+                if msg.len() == total {
+                    self.retry.record(msg, None);
+                } else {
+                    self.retry.disable();
+                }
+            }
+            f::EXECUTE_TAG => self.forward(msg, Request::Execute, total),
+            f::PARSE_TAG if self.tracking && msg.len() < total => {
+                self.forward(msg, Request::Parse, total)
+            }
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
-                self.on_tracked(tag, msg)?
+                self.on_tracked(tag, msg, total)?
             }
-            f::PARSE_TAG => self.forward(msg, Request::Parse),
-            f::BIND_TAG => self.forward(msg, Request::Bind),
-            f::DESCRIBE_TAG => self.forward(msg, Request::Describe),
-            f::CLOSE_TAG => self.forward(msg, Request::Close),
+            f::PARSE_TAG => self.forward(msg, Request::Parse, total),
+            f::BIND_TAG => self.forward(msg, Request::Bind, total),
+            f::DESCRIBE_TAG => self.forward(msg, Request::Describe, total),
+            f::CLOSE_TAG => self.forward(msg, Request::Close, total),
             _ => {}
         }
         Ok(())
     }
 
-    pub(super) fn forward(&mut self, msg: &[u8], req: Request) {
+    /// Forwards a message unchanged (`msg` may be its first `msg.len()` of `total` bytes) and
+    /// queues what the server owes for it.
+    pub(super) fn forward(&mut self, msg: &[u8], req: Request, total: usize) {
         if self.request_since.is_none() {
             self.request_since = Some(std::time::Instant::now());
         }
@@ -163,6 +300,20 @@ impl Session<'_> {
             _ => Owed::Client(req),
         };
         self.owe(owed);
-        self.retry.record(msg, Some(req));
+        if msg.len() == total {
+            self.retry.record(msg, Some(req));
+        } else {
+            // Not kept whole, so it could not be sent again.
+            self.retry.disable();
+        }
     }
+}
+
+/// What belongs to a running COPY FROM STDIN: its data and end, and the Sync and Flush the
+/// server ignores until then.
+fn is_copy_traffic(tag: u8) -> bool {
+    matches!(
+        tag,
+        f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG | f::SYNC_TAG | f::FLUSH_TAG
+    )
 }

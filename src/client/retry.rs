@@ -30,7 +30,20 @@ pub(super) enum LogItem {
 pub(super) struct Recording {
     kept: Arc<Kept>,
     log: Vec<LogItem>,
+    /// Bytes of the messages kept in `log`.
+    bytes: usize,
     synced: bool,
+}
+
+/// The longest batch kept for a retry: beyond either bound the batch is not retried and a
+/// plan-change error goes to the client, so the log cannot grow with what a client sends.
+const MAX_LOG_ITEMS: usize = 1000;
+const MAX_LOG_BYTES: usize = 1 << 20;
+
+impl Recording {
+    fn is_full(&self) -> bool {
+        self.log.len() >= MAX_LOG_ITEMS || self.bytes > MAX_LOG_BYTES
+    }
 }
 
 /// A held plan-change error and the batch to resend.
@@ -68,6 +81,7 @@ impl PlanRetry {
                         bytes: Bytes::copy_from_slice(bind),
                         req: Some(Request::Bind),
                     }],
+                    bytes: bind.len(),
                     synced: false,
                 }))
             }
@@ -88,7 +102,8 @@ impl PlanRetry {
     pub(super) fn record(&mut self, msg: &[u8], req: Option<Request>) {
         match self {
             PlanRetry::Recording(r) => {
-                if r.synced || req == Some(Request::Query) {
+                r.bytes += msg.len();
+                if r.synced || req == Some(Request::Query) || r.is_full() {
                     *self = PlanRetry::Off;
                     return;
                 }
@@ -106,7 +121,7 @@ impl PlanRetry {
     /// Keeps an answer of the pooler's queued in a batch being recorded.
     pub(super) fn record_answer(&mut self, o: &Owed) {
         if let PlanRetry::Recording(r) = self {
-            if r.synced {
+            if r.synced || r.is_full() {
                 *self = PlanRetry::Off;
                 return;
             }
@@ -114,13 +129,14 @@ impl PlanRetry {
         }
     }
 
-    /// Whether this ErrorResponse to a tracked Bind should be held back for a retry.
-    pub(super) fn hold(&mut self, id: u64, error: &[u8]) -> bool {
+    /// Whether this ErrorResponse to a tracked Bind should be held back for a retry (`None`:
+    /// an error too large to hold, which is never the plan-change one).
+    pub(super) fn hold(&mut self, id: u64, error: Option<&[u8]>) -> bool {
         let eligible = matches!(self, PlanRetry::Recording(r) if r.synced && r.kept.id == id);
-        if !eligible || !is_plan_change(error) {
+        let Some(error) = error.filter(|e| eligible && is_plan_change(e)) else {
             self.disable();
             return false;
-        }
+        };
         if let PlanRetry::Recording(r) = std::mem::take(self) {
             let Recording { kept, log, .. } = *r;
             *self = PlanRetry::Failed(Box::new(Failed {
@@ -185,11 +201,12 @@ impl Session<'_> {
         // The server still has the statement with its old plan: replace it.
         if srv.statements.holds(&kept.server_name).is_some() {
             f::close_statement(&mut self.sout, &kept.server_name);
-            srv.replies.push(Owed::InjectedClose {
+            srv.statements.remove(&kept.server_name);
+            let close = Owed::InjectedClose {
                 server_name: kept.server_name.clone(),
                 id: kept.id,
-            });
-            srv.statements.remove(&kept.server_name);
+            };
+            super::session::owe_on(srv, &mut self.statements, close);
         }
         let client_name = client_name(&kept.server_name, self.id);
         let replay = Owed::Replay {

@@ -16,6 +16,7 @@ use crate::net::ClientStream;
 use super::cancel::CancelSlot;
 use super::error::ClientError;
 use super::io::{poll_read_some, read_some, release_if_empty, SHRINK_ABOVE};
+use super::pass::Pass;
 use super::startup::Login;
 use crate::config::PoolMode;
 use crate::params::ClientParams;
@@ -24,9 +25,6 @@ use crate::prepared::ClientStatements;
 use crate::protocol::{backend, frontend, sqlstate};
 use crate::server::{Owed, Server};
 use crate::shared::Shared;
-
-/// While waiting for a server, keep reading the client (to notice it leaving) up to this much.
-const WAIT_READ_LIMIT: usize = 1 << 20;
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -38,6 +36,16 @@ enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
     Abort,
+}
+
+/// Queues on `srv` what it owes for a message just written to it; one it will ignore (sent
+/// while it skips to Sync) is settled as skipped at once. Returns whether `srv` now owes
+/// anything (then it cannot go back to the pool before its next ReadyForQuery).
+pub(super) fn owe_on(srv: &mut Server, statements: &mut ClientStatements, o: Owed) -> bool {
+    if let Some(ignored) = srv.replies.push(o) {
+        super::replies::settle(statements, &mut srv.statements, ignored, true);
+    }
+    !srv.replies.is_empty()
 }
 
 /// What [`Session::acquire_now`] leaves for the waiting path.
@@ -71,6 +79,15 @@ pub struct Session<'a> {
     /// Transaction status of the held server's last ReadyForQuery.
     pub(super) status: u8,
     pub(super) max_message: usize,
+    /// `client.buffer_size`: how much is read from either side at a time, and the size above
+    /// which a message that need not be held whole is passed on in pieces.
+    pub(super) buffer: usize,
+    /// `pool.max_client_prepared_statements`.
+    pub(super) max_client_prepared: usize,
+    /// The rest of a client message being passed on in pieces.
+    pub(super) cpass: Pass,
+    /// The rest of a server message being passed on (or dropped) in pieces.
+    pub(super) spass: Pass,
     /// Scratch space for replies skipped after an error.
     pub(super) skipped: Vec<Owed>,
     /// The plan-change retry of the current batch.
@@ -124,6 +141,10 @@ impl<'a> Session<'a> {
             skipping: false,
             status: backend::TX_IDLE,
             max_message: cfg.client.max_message_size,
+            buffer: cfg.client.buffer_size,
+            max_client_prepared: cfg.pool.max_client_prepared_statements,
+            cpass: Pass::default(),
+            spass: Pass::default(),
             skipped: Vec::new(),
             retry: Default::default(),
             release_due: false,
@@ -246,8 +267,9 @@ impl<'a> Session<'a> {
                         {
                             return Err(ClientError::Shutdown { forced: false });
                         }
-                        // Statement mode may have held client messages back until now.
-                        if self.has_whole_message() && self.on_client().await? == Flow::Quit {
+                        // Statement mode, a full reply queue or a wait for the server's copy
+                        // state may have held client messages back until now.
+                        if !self.cbuf.is_empty() && self.on_client().await? == Flow::Quit {
                             return Ok(Flow::Quit);
                         }
                     }
@@ -263,11 +285,15 @@ impl<'a> Session<'a> {
     /// The next thing to handle: the abort, the server's reply or the client's request. Polled
     /// by hand (no `select!` and no nested read futures): this runs twice per round trip.
     async fn next_event(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Event {
+        // A client whose buffered messages cannot be handled yet is not read: it is pushed
+        // back through its socket instead of buffered.
+        let read_client = self.wants_client();
         let client = &mut *self.client;
         let cbuf = &mut self.cbuf;
+        let buffer = self.buffer;
         let mut server = self.server.as_mut().map(|srv| {
             if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
-                srv.rbuf.reserve(16 * 1024);
+                srv.rbuf.reserve(buffer);
             }
             (&mut srv.stream, &mut srv.rbuf)
         });
@@ -283,7 +309,7 @@ impl<'a> Session<'a> {
             let Some((stream, rbuf)) = server.as_mut() else {
                 return poll_read_some(client, cbuf, cx).map(Event::Client);
             };
-            if client_first {
+            if client_first && read_client {
                 if let Poll::Ready(r) = poll_read_some(client, cbuf, cx) {
                     return Poll::Ready(Event::Client(r));
                 }
@@ -291,6 +317,9 @@ impl<'a> Session<'a> {
             } else {
                 if let Poll::Ready(r) = poll_read_buf(Pin::new(&mut **stream), cx, *rbuf) {
                     return Poll::Ready(Event::Server(r));
+                }
+                if !read_client {
+                    return Poll::Pending;
                 }
                 poll_read_some(client, cbuf, cx).map(Event::Client)
             }
@@ -343,7 +372,7 @@ impl<'a> Session<'a> {
             paused = true;
             tokio::select! {
                 _ = l.wait_unpaused() => {}
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
+                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
                     }
@@ -359,7 +388,7 @@ impl<'a> Session<'a> {
         loop {
             tokio::select! {
                 r = &mut checkout => return Ok(r?),
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < WAIT_READ_LIMIT => {
+                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
                     }
@@ -405,6 +434,8 @@ impl<'a> Session<'a> {
             self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
         }
         self.max_prepared = cfg.pool.max_prepared_statements;
+        self.max_client_prepared = cfg.pool.max_client_prepared_statements;
+        self.spass = Pass::default();
         self.status = backend::TX_IDLE;
         self.release_due = false;
         self.batch_clean = true;
@@ -499,14 +530,16 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Queues what the held server will owe for a message just written to it.
+    /// Queues what the held server will owe for a message just written to it. One the server
+    /// will ignore (sent while it skips to Sync) is settled as skipped at once.
     pub(super) fn owe(&mut self, o: Owed) {
-        self.release_due = false;
-        self.server
+        let srv = self
+            .server
             .as_mut()
-            .expect("messages are only written to a held server")
-            .replies
-            .push(o);
+            .expect("messages are only written to a held server");
+        if owe_on(srv, &mut self.statements, o) {
+            self.release_due = false;
+        }
     }
 
     /// An ERROR answered by the pooler, after which the client's messages are skipped to Sync.
@@ -524,13 +557,7 @@ impl<'a> Session<'a> {
             && self.status == backend::TX_IDLE
             && self.server.as_ref().is_some_and(|s| s.replies.is_empty())
             && self.cbuf.is_empty()
-    }
-
-    fn has_whole_message(&self) -> bool {
-        matches!(
-            crate::protocol::frame::complete_len(&self.cbuf, self.max_message),
-            Ok(Some(_)) | Err(_)
-        )
+            && self.cpass.is_idle()
     }
 
     /// Frees buffers while the client holds nothing, so idle clients stay small. A warm

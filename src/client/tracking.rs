@@ -5,7 +5,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{error_fields, ClientError};
-use super::session::Session;
+use super::session::{owe_on, Session};
 use crate::prepared::{self, Kept, Presence};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
@@ -22,7 +22,10 @@ impl Session<'_> {
         Ok(match tag {
             f::PARSE_TAG => {
                 let span = f::parse_statement(msg).map_err(malformed)?;
-                span.len == 0 || self.statements.get(span.get(msg)).is_none()
+                // A taken name (42P05) or one name too many (53400) is answered here.
+                span.len == 0
+                    || (self.statements.get(span.get(msg)).is_none()
+                        && self.statements.len() < self.max_client_prepared)
             }
             f::BIND_TAG => {
                 let span = f::bind_statement(msg).map_err(malformed)?;
@@ -40,20 +43,30 @@ impl Session<'_> {
         })
     }
 
-    pub(super) fn on_tracked(&mut self, tag: u8, msg: &[u8]) -> Result<(), ClientError> {
+    /// A tracked message: `msg` is all of it, or (a Bind passed on in pieces) its first
+    /// bytes, which hold both names; `total` is its whole size.
+    pub(super) fn on_tracked(
+        &mut self,
+        tag: u8,
+        msg: &[u8],
+        total: usize,
+    ) -> Result<(), ClientError> {
+        let whole = msg.len();
         match tag {
             f::PARSE_TAG => self.tracked_parse(msg)?,
             f::BIND_TAG => {
                 let span = f::bind_statement(msg).map_err(malformed)?;
-                self.tracked_use(msg, span, Request::Bind);
+                self.tracked_use(msg, span, Request::Bind, total);
             }
             f::DESCRIBE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => self.tracked_use(msg, span, Request::Describe),
-                _ => self.forward(msg, Request::Describe),
+                (b'S', span) if span.len > 0 => {
+                    self.tracked_use(msg, span, Request::Describe, whole)
+                }
+                _ => self.forward(msg, Request::Describe, whole),
             },
             f::CLOSE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
                 (b'S', span) if span.len > 0 => self.tracked_close(span.get(msg)),
-                _ => self.forward(msg, Request::Close),
+                _ => self.forward(msg, Request::Close, whole),
             },
             _ => {}
         }
@@ -86,12 +99,23 @@ impl Session<'_> {
     fn tracked_parse(&mut self, msg: &[u8]) -> Result<(), ClientError> {
         let span = f::parse_statement(msg).map_err(malformed)?;
         if span.len == 0 {
-            self.forward(msg, Request::Parse);
+            self.forward(msg, Request::Parse, msg.len());
             return Ok(());
         }
         let name = Bytes::copy_from_slice(span.get(msg));
         let mut close_stale = true;
-        if let Some(existing) = self.statements.get(&name) {
+        let existing = self.statements.get(&name);
+        if existing.is_none() && self.statements.len() >= self.max_client_prepared {
+            let text = format!(
+                "too many prepared statements: the pooler keeps at most {} per client \
+                 (pool.max_client_prepared_statements); close some before preparing \"{}\"",
+                self.max_client_prepared,
+                String::from_utf8_lossy(&name)
+            );
+            self.refuse(sqlstate::CONFIGURATION_LIMIT_EXCEEDED, text);
+            return Ok(());
+        }
+        if let Some(existing) = existing {
             // Its Parse still in flight in an earlier batch may yet fail: then let the server
             // decide, as it would without a pooler. Otherwise the name is taken.
             let undecided = !existing.is_confirmed()
@@ -127,10 +151,11 @@ impl Session<'_> {
     }
 
     /// Bind or Describe of a named statement: 26000 if the client has no such statement,
-    /// otherwise replay it where missing and forward the message renamed.
-    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request) {
+    /// otherwise replay it where missing and forward the message renamed. `msg` may be the
+    /// first bytes of a Bind of `total` bytes passed on in pieces.
+    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request, total: usize) {
         if span.len == 0 {
-            self.forward(msg, req);
+            self.forward(msg, req, total);
             return;
         }
         let name = span.get(msg);
@@ -156,12 +181,21 @@ impl Session<'_> {
             self.send_parse(&kept, &name, replay, true);
         }
         let start = self.sout.len();
-        f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
+        if msg.len() < total {
+            f::write_renamed_head(&mut self.sout, msg, span, &kept.server_name, total);
+        } else {
+            f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
+        }
         if req == Request::Bind {
             let clean = self.batch_clean;
             self.batch_clean = false;
             self.owe(Owed::TrackedBind { id: kept.id });
-            self.retry.start(&kept, &self.sout[start..], clean);
+            if msg.len() < total {
+                // Not kept whole, so the batch could not be sent again.
+                self.retry.disable();
+            } else {
+                self.retry.start(&kept, &self.sout[start..], clean);
+            }
         } else {
             self.owe(Owed::Client(req));
             let sent = self.sout.split_off(start);
@@ -216,11 +250,12 @@ impl Session<'_> {
             if let Some(old) = srv.statements.holds(&kept.server_name) {
                 if old != kept.id {
                     f::close_statement(&mut self.sout, &kept.server_name);
-                    srv.replies.push(Owed::InjectedClose {
+                    srv.statements.remove(&kept.server_name);
+                    let close = Owed::InjectedClose {
                         server_name: kept.server_name.clone(),
                         id: old,
-                    });
-                    srv.statements.remove(&kept.server_name);
+                    };
+                    owe_on(srv, &mut self.statements, close);
                 }
             }
         }
@@ -230,16 +265,18 @@ impl Session<'_> {
             };
             f::close_statement(&mut self.sout, &victim);
             self.shared.metrics.prepared.evictions.inc();
-            srv.replies.push(Owed::InjectedClose {
+            srv.statements.remove(&victim);
+            let close = Owed::InjectedClose {
                 server_name: victim.clone(),
                 id,
-            });
-            srv.statements.remove(&victim);
+            };
+            owe_on(srv, &mut self.statements, close);
         }
         self.sout.extend_from_slice(&kept.parse);
-        srv.replies.push(owed);
-        self.release_due = false;
         srv.statements.add(kept.server_name.clone(), kept.id);
+        if owe_on(srv, &mut self.statements, owed) {
+            self.release_due = false;
+        }
         self.shared
             .events
             .client_prepares(self.id, client_name, srv.id);

@@ -181,6 +181,9 @@ pub struct PoolConfig {
     pub track_prepared: bool,
     /// Prepared statements kept per server connection before the least recently used is closed.
     pub max_prepared_statements: usize,
+    /// Named statements one client may keep (tracking on); the Parse of one more new name is
+    /// refused with 53400 and the session stays usable.
+    pub max_client_prepared_statements: usize,
     /// Server logins in flight at once per pool, so a recovering database sees no burst.
     pub max_connecting: usize,
 }
@@ -196,8 +199,15 @@ pub struct ClientConfig {
     /// Close clients idle (no transaction) longer than this (0 = never).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// Largest message accepted from a client, in bytes; larger lengths get 08P01 and a close.
+    /// Largest message the pooler holds whole, in bytes: the ones it must rewrite or keep (a
+    /// tracked Parse). A larger one gets 08P01 and a close. Messages passed on unchanged (rows,
+    /// COPY data, queries, binds) stream through in pieces whatever their size.
     pub max_message_size: usize,
+    /// How much a session reads from either side at a time, in bytes. A message larger than
+    /// this is forwarded in pieces as it arrives unless it must be held whole; while the
+    /// receiving side does not read, the sending side is not read either. A busy session
+    /// holds a few of these buffers; an idle one holds none.
+    pub buffer_size: usize,
     /// Largest startup packet accepted.
     pub max_startup_packet: usize,
     /// Most parameters accepted in a startup packet.
@@ -277,6 +287,7 @@ impl Default for PoolConfig {
             server_round_robin: false,
             track_prepared: false,
             max_prepared_statements: 200,
+            max_client_prepared_statements: 1000,
             max_connecting: 2,
         }
     }
@@ -289,6 +300,7 @@ impl Default for ClientConfig {
             login_timeout: Duration::from_secs(15),
             idle_timeout: Duration::ZERO,
             max_message_size: 64 << 20,
+            buffer_size: 16 << 10,
             max_startup_packet: 10_000,
             max_startup_params: 64,
             warm_sessions: 1024,
@@ -388,6 +400,12 @@ impl Config {
         let c = &self.client;
         if c.max_message_size < 1024 {
             return bad("client.max_message_size must be at least 1024".into());
+        }
+        if !(1024..=16 << 20).contains(&c.buffer_size) {
+            return bad("client.buffer_size must be between 1024 and 16777216".into());
+        }
+        if p.max_client_prepared_statements == 0 {
+            return bad("pool.max_client_prepared_statements must be at least 1".into());
         }
         if c.max_startup_packet < 64 || c.max_startup_packet > 1 << 20 {
             return bad("client.max_startup_packet must be between 64 and 1048576".into());

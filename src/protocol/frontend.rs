@@ -42,6 +42,34 @@ pub fn is_known_tag(tag: u8) -> bool {
     )
 }
 
+/// PostgreSQL's limit on the body of the messages that never carry data (Sync, Flush,
+/// Terminate, Close, Describe, Execute, CopyDone, CopyFail): `PQ_SMALL_MESSAGE_LIMIT` in
+/// `postgres.c`. A longer one is a protocol violation there, and so it is here.
+pub const SMALL_MESSAGE_LIMIT: usize = 10_000;
+
+/// PostgreSQL's limit on the body of any other message: `PQ_LARGE_MESSAGE_LIMIT` in
+/// `postgres.c` (`MaxAllocSize - 1`). Messages the pooler passes on in pieces may be this
+/// large; a longer one is a protocol violation.
+pub const LARGE_MESSAGE_LIMIT: usize = 0x3fff_fffe;
+
+/// Whether a message of this tag and total size (tag included) exceeds
+/// [`SMALL_MESSAGE_LIMIT`] for its kind.
+#[inline]
+pub fn exceeds_small_limit(tag: u8, total: usize) -> bool {
+    total > SMALL_MESSAGE_LIMIT + HEADER_LEN
+        && matches!(
+            tag,
+            SYNC_TAG
+                | FLUSH_TAG
+                | TERMINATE_TAG
+                | CLOSE_TAG
+                | DESCRIBE_TAG
+                | EXECUTE_TAG
+                | COPY_DONE_TAG
+                | COPY_FAIL_TAG
+        )
+}
+
 /// Where a statement name sits inside a message, so it can be replaced without re-encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NameSpan {
@@ -70,6 +98,17 @@ pub fn parse_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
     Ok(NameSpan {
         start: HEADER_LEN,
         len: name.len(),
+    })
+}
+
+/// The statement name of a Parse from its first bytes (the rest may not have arrived yet):
+/// `None` until the name's NUL is there.
+pub fn parse_statement_prefix(msg: &[u8]) -> Option<NameSpan> {
+    let body = msg.get(HEADER_LEN..)?;
+    let len = body.iter().position(|&b| b == 0)?;
+    Some(NameSpan {
+        start: HEADER_LEN,
+        len,
     })
 }
 
@@ -140,6 +179,23 @@ pub fn write_renamed(out: &mut BytesMut, msg: &[u8], span: NameSpan, name: &[u8]
     finish(out, at);
 }
 
+/// As [`write_renamed`] for the first bytes of a message of `total` bytes (tag included)
+/// whose rest is passed on as it arrives: the length written is the renamed whole's.
+pub fn write_renamed_head(
+    out: &mut BytesMut,
+    head: &[u8],
+    span: NameSpan,
+    name: &[u8],
+    total: usize,
+) {
+    let renamed = total - span.len + name.len() - 1;
+    out.put_u8(head[0]);
+    out.put_u32(renamed as u32);
+    out.put_slice(&head[HEADER_LEN..span.start]);
+    out.put_slice(name);
+    out.put_slice(&head[span.start + span.len..]);
+}
+
 pub fn startup_message(buf: &mut BytesMut, params: &[(&str, &str)]) {
     let start = buf.len();
     buf.put_i32(0);
@@ -204,6 +260,11 @@ pub fn close_statement(buf: &mut BytesMut, name: &[u8]) {
     finish(buf, at);
 }
 
+pub fn flush(buf: &mut BytesMut) {
+    let at = begin(buf, FLUSH_TAG);
+    finish(buf, at);
+}
+
 pub fn sync(buf: &mut BytesMut) {
     let at = begin(buf, SYNC_TAG);
     finish(buf, at);
@@ -251,6 +312,30 @@ mod tests {
         close_statement(&mut c, b"x");
         let (k, s) = describe_or_close_target(&c).unwrap();
         assert_eq!((k, s.get(&c)), (b'S', &b"x"[..]));
+    }
+
+    #[test]
+    fn renamed_head_carries_the_whole_length() {
+        let m = parse_msg("p", "select $1");
+        let span = parse_statement(&m).unwrap();
+        let mut whole = BytesMut::new();
+        write_renamed(&mut whole, &m, span, b"p12_p");
+        for cut in span.start + span.len + 1..=m.len() {
+            let mut out = BytesMut::new();
+            write_renamed_head(&mut out, &m[..cut], span, b"p12_p", m.len());
+            out.extend_from_slice(&m[cut..]);
+            assert_eq!(out, whole, "cut at {cut}");
+        }
+        assert_eq!(parse_statement_prefix(&m[..span.start + 1]), None);
+        assert_eq!(parse_statement_prefix(&m[..span.start + 2]), Some(span));
+    }
+
+    #[test]
+    fn small_limit_applies_to_control_messages_only() {
+        assert!(exceeds_small_limit(SYNC_TAG, SMALL_MESSAGE_LIMIT + 6));
+        assert!(!exceeds_small_limit(SYNC_TAG, SMALL_MESSAGE_LIMIT + 5));
+        assert!(!exceeds_small_limit(QUERY_TAG, 1 << 30));
+        assert!(!exceeds_small_limit(COPY_DATA_TAG, 1 << 30));
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! The expected-reply queue: what a server connection still owes, in request order, and what
 //! the pooler does with each reply (forward it, swallow it, or put its own answer in place).
+//!
+//! Beside the queue it models the two states in which PostgreSQL reads messages without
+//! answering them (protocol docs, "Extended Query" and "COPY Operations"): after an error in
+//! an extended-protocol message the server discards everything up to the next Sync, and in
+//! COPY FROM STDIN it ignores Sync and Flush until CopyDone or CopyFail. A message sent into
+//! either state owes nothing, so it must not be queued as if it did.
 
 use std::collections::VecDeque;
 
@@ -85,6 +91,10 @@ pub enum Owed {
     },
     /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
     Internal,
+    /// The client's CopyDone or CopyFail, sent after a request whose COPY had not started
+    /// yet: owes nothing, but marks where a COPY that starts would end (Syncs before it are
+    /// read by the COPY and ignored, Syncs after it are answered).
+    CopyEnd,
 }
 
 impl Owed {
@@ -95,7 +105,7 @@ impl Owed {
             Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
             Owed::InjectedClose { .. } => Request::Close,
             Owed::TrackedBind { .. } => Request::Bind,
-            Owed::Synthetic(_) | Owed::ClientClose { .. } => Request::Sync,
+            Owed::Synthetic(_) | Owed::ClientClose { .. } | Owed::CopyEnd => Request::Sync,
             Owed::Internal => Request::Query,
         }
     }
@@ -124,19 +134,75 @@ pub struct Step {
     pub ready: bool,
 }
 
+/// What the server does with the messages it reads next, besides answering them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Mode {
+    /// Every message is answered as the protocol says.
+    #[default]
+    Normal,
+    /// An extended-protocol message failed and no Sync was owed after it: the server reads
+    /// and discards every message up to the next Sync, which it answers.
+    SkipToSync,
+    /// COPY FROM STDIN is running and the client's CopyDone/CopyFail has not been sent: Sync
+    /// and Flush are read and ignored.
+    CopyIn,
+}
+
 /// The queue itself.
 #[derive(Debug, Default)]
 pub struct Replies {
     q: VecDeque<Owed>,
+    mode: Mode,
 }
 
 impl Replies {
-    pub fn push(&mut self, o: Owed) {
-        self.q.push_back(o);
+    /// Queues what the server owes for a message just written to it. A message sent into a
+    /// state in which the server ignores it owes nothing: it is handed back (to be settled as
+    /// skipped by the caller) instead of queued.
+    pub fn push(&mut self, o: Owed) -> Option<Owed> {
+        match (self.mode, &o) {
+            (Mode::Normal, Owed::CopyEnd) if self.q.is_empty() => None,
+            (Mode::Normal, _) => {
+                self.q.push_back(o);
+                None
+            }
+            (Mode::SkipToSync, Owed::Client(Request::Sync)) => {
+                self.mode = Mode::Normal;
+                self.q.push_back(o);
+                None
+            }
+            (Mode::SkipToSync, Owed::CopyEnd) => None,
+            (Mode::SkipToSync, _) => Some(o),
+            (Mode::CopyIn, Owed::CopyEnd) => {
+                self.mode = Mode::Normal;
+                None
+            }
+            (Mode::CopyIn, Owed::Client(Request::Sync)) => None,
+            (Mode::CopyIn, _) => {
+                // Anything else ends the COPY with an error (protocol docs, "COPY
+                // Operations"); its reply is then the error.
+                self.q.push_back(o);
+                None
+            }
+        }
     }
 
+    /// Nothing owed, and the server answers the next message normally: it may go back to the
+    /// pool (given an idle ReadyForQuery) or be handed to another client.
     pub fn is_empty(&self) -> bool {
-        self.q.is_empty()
+        self.q.is_empty() && self.mode == Mode::Normal
+    }
+
+    /// The server discards messages until it reads a Sync: the client's messages up to its
+    /// Sync are to be dropped (a server would ignore them unanswered).
+    pub fn skips_to_sync(&self) -> bool {
+        self.mode == Mode::SkipToSync
+    }
+
+    /// COPY FROM STDIN is running: the client's CopyData, CopyDone, CopyFail (and Sync and
+    /// Flush, which the server ignores meanwhile) belong to the running statement.
+    pub fn in_copy_in(&self) -> bool {
+        self.mode == Mode::CopyIn
     }
 
     /// Whether a ReadyForQuery is still to come (a Sync, a Query or the pooler's own query).
@@ -171,8 +237,10 @@ impl Replies {
         self.q.len()
     }
 
+    /// Forgets everything (the connection is being closed).
     pub fn clear(&mut self) {
         self.q.clear();
+        self.mode = Mode::Normal;
     }
 
     /// Whether the pooler is running its own query (whose messages are all swallowed).
@@ -183,10 +251,20 @@ impl Replies {
     /// Pops the pooler's answers that have reached the front (their bytes go to the client).
     pub fn pop_answer(&mut self) -> Option<Owed> {
         if self.q.front().is_some_and(Owed::is_answer) {
-            self.q.pop_front()
+            self.pop()
         } else {
             None
         }
+    }
+
+    /// Pops the front entry, and any CopyEnd markers that reach the front after it (they
+    /// only matter behind a request whose COPY may yet start).
+    fn pop(&mut self) -> Option<Owed> {
+        let o = self.q.pop_front();
+        while matches!(self.q.front(), Some(Owed::CopyEnd)) {
+            self.q.pop_front();
+        }
+        o
     }
 
     /// Whether a DataRow now goes to the client as it is: it belongs to a client's request
@@ -213,6 +291,12 @@ impl Replies {
                 ready: false,
             };
         }
+        match tag {
+            b::COPY_IN_RESPONSE_TAG => self.enter_copy_in(),
+            // The COPY is over, whatever the client still sends.
+            b::COMMAND_COMPLETE_TAG if self.mode == Mode::CopyIn => self.mode = Mode::Normal,
+            _ => {}
+        }
         let Some(front) = self.q.front() else {
             return Step {
                 forward: true,
@@ -224,15 +308,42 @@ impl Replies {
         let done = front.request().completed_by(tag);
         Step {
             forward,
-            completed: if done { self.q.pop_front() } else { None },
+            completed: if done { self.pop() } else { None },
             ready,
+        }
+    }
+
+    /// COPY FROM STDIN started for the request in front. Syncs sent after that request and
+    /// before the client's CopyDone/CopyFail are read by the COPY and ignored; if that end is
+    /// not sent yet, Syncs owe nothing until it is.
+    fn enter_copy_in(&mut self) {
+        let mut i = 1;
+        while i < self.q.len() {
+            match self.q[i] {
+                Owed::CopyEnd => {
+                    self.q.remove(i);
+                    return;
+                }
+                Owed::Client(Request::Sync) => {
+                    self.q.remove(i);
+                }
+                _ => i += 1,
+            }
+        }
+        if !self.q.is_empty() {
+            self.mode = Mode::CopyIn;
         }
     }
 
     /// Classifies an ErrorResponse. For an extended-protocol request the server now skips to
     /// Sync, so every entry up to the next Sync is removed and returned in `skipped` (their
-    /// messages were never executed). Internal errors are swallowed; all others forwarded.
+    /// messages were never executed); with no Sync owed, the server skips whatever is sent
+    /// until the next one. Internal errors are swallowed; all others forwarded.
     pub fn on_error(&mut self, skipped: &mut Vec<Owed>) -> Step {
+        if self.mode == Mode::CopyIn {
+            // An error ends the COPY (the client may still be sending data).
+            self.mode = Mode::Normal;
+        }
         let Some(front) = self.q.front() else {
             return Step {
                 forward: true,
@@ -249,12 +360,18 @@ impl Replies {
             };
         }
         let failed = self.q.pop_front();
-        while let Some(next) = self.q.front() {
-            if matches!(next, Owed::Client(Request::Sync) | Owed::Internal) {
-                break;
-            }
-            if let Some(o) = self.q.pop_front() {
-                skipped.push(o);
+        loop {
+            match self.q.front() {
+                Some(Owed::Client(Request::Sync) | Owed::Internal) => break,
+                Some(_) => {
+                    if let Some(o) = self.q.pop_front() {
+                        skipped.push(o);
+                    }
+                }
+                None => {
+                    self.mode = Mode::SkipToSync;
+                    break;
+                }
             }
         }
         Step {
@@ -379,5 +496,120 @@ mod tests {
         let s = r.on_message(b'Z');
         assert!(!s.forward && s.ready && matches!(s.completed, Some(Owed::Internal)));
         assert!(r.on_message(b'T').forward);
+    }
+    fn sync() -> Owed {
+        Owed::Client(Request::Sync)
+    }
+
+    /// Parse of bad SQL + Flush: the error arrives with no Sync owed. What is sent next up to
+    /// the Sync owes nothing (the server discards it), and the Sync's ReadyForQuery empties
+    /// the queue: the server is free again.
+    #[test]
+    fn error_before_sync_skips_what_follows_until_sync() {
+        let mut r = Replies::default();
+        assert!(r.push(Owed::Client(Request::Parse)).is_none());
+        let mut skipped = Vec::new();
+        let s = r.on_error(&mut skipped);
+        assert!(s.forward && matches!(s.completed, Some(Owed::Client(Request::Parse))));
+        assert!(r.skips_to_sync() && !r.is_empty());
+        assert!(matches!(
+            r.push(Owed::Client(Request::Bind)),
+            Some(Owed::Client(Request::Bind))
+        ));
+        assert!(r.push(Owed::Client(Request::Execute)).is_some());
+        assert!(r.push(sync()).is_none());
+        assert!(!r.skips_to_sync());
+        let s = r.on_message(b::READY_FOR_QUERY_TAG);
+        assert!(s.forward && s.ready && s.completed.is_some());
+        assert!(r.is_empty());
+        // A simple query afterwards is owed and answered as usual.
+        assert!(r.push(Owed::Client(Request::Query)).is_none());
+        assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
+        assert!(r.is_empty());
+    }
+
+    /// Extended-protocol COPY as libpq sends it: Execute and Sync, then the data, CopyDone
+    /// and a second Sync. The first Sync is read by the COPY and ignored; one ReadyForQuery
+    /// comes, for the second.
+    #[test]
+    fn copy_in_ignores_the_sync_sent_before_its_data() {
+        let mut r = Replies::default();
+        for o in [
+            Owed::Client(Request::Parse),
+            Owed::Client(Request::Bind),
+            Owed::Client(Request::Execute),
+            sync(),
+        ] {
+            assert!(r.push(o).is_none());
+        }
+        assert!(r.on_message(b::PARSE_COMPLETE_TAG).completed.is_some());
+        assert!(r.on_message(b::BIND_COMPLETE_TAG).completed.is_some());
+        assert!(r.on_message(b::COPY_IN_RESPONSE_TAG).completed.is_none());
+        assert!(r.in_copy_in() && !r.owes_ready());
+        // A Sync sent during the COPY owes nothing; CopyDone ends the client's part.
+        assert!(r.push(sync()).is_none());
+        assert!(r.push(Owed::CopyEnd).is_none());
+        assert!(!r.in_copy_in());
+        assert!(r.push(sync()).is_none());
+        assert!(r.on_message(b::COMMAND_COMPLETE_TAG).completed.is_some());
+        let s = r.on_message(b::READY_FOR_QUERY_TAG);
+        assert!(s.ready && s.completed.is_some());
+        assert!(r.is_empty());
+    }
+
+    /// A client that pipelines its COPY data and CopyDone before the server's CopyInResponse:
+    /// only the Syncs before the CopyDone are the COPY's.
+    #[test]
+    fn copy_in_with_pipelined_end_keeps_the_later_sync() {
+        let mut r = Replies::default();
+        for o in [
+            Owed::Client(Request::Execute),
+            sync(),
+            Owed::CopyEnd,
+            sync(),
+        ] {
+            assert!(r.push(o).is_none());
+        }
+        r.on_message(b::COPY_IN_RESPONSE_TAG);
+        assert!(!r.in_copy_in());
+        assert!(r.on_message(b::COMMAND_COMPLETE_TAG).completed.is_some());
+        assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
+        assert!(r.is_empty());
+    }
+
+    /// An error in the middle of an extended COPY (bad data, or CopyFail) before the client's
+    /// CopyDone: the server skips to the client's next Sync.
+    #[test]
+    fn error_during_copy_in_skips_to_the_next_sync() {
+        let mut r = Replies::default();
+        assert!(r.push(Owed::Client(Request::Execute)).is_none());
+        assert!(r.push(sync()).is_none());
+        r.on_message(b::COPY_IN_RESPONSE_TAG);
+        let mut skipped = Vec::new();
+        let s = r.on_error(&mut skipped);
+        assert!(s.forward && s.completed.is_some());
+        assert!(r.skips_to_sync() && !r.in_copy_in());
+        assert!(r.push(Owed::CopyEnd).is_none());
+        assert!(r.push(sync()).is_none());
+        assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
+        assert!(r.is_empty());
+    }
+
+    /// COPY in a simple Query: its ReadyForQuery completes it, and a CopyDone the client sends
+    /// after the server's error owes nothing.
+    #[test]
+    fn simple_copy_error_then_late_copy_done() {
+        let mut r = Replies::default();
+        assert!(r.push(Owed::Client(Request::Query)).is_none());
+        r.on_message(b::COPY_IN_RESPONSE_TAG);
+        assert!(r.in_copy_in());
+        let mut skipped = Vec::new();
+        assert!(r.on_error(&mut skipped).completed.is_none());
+        assert!(!r.in_copy_in() && !r.skips_to_sync());
+        assert!(r.push(Owed::CopyEnd).is_none());
+        assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
+        assert!(r.is_empty());
+        assert!(r.push(Owed::CopyEnd).is_none());
+        assert!(r.is_empty());
     }
 }

@@ -6,6 +6,7 @@ mod faults;
 mod kind_checker;
 mod lifecycle;
 mod prepared;
+mod relay;
 mod security;
 mod support;
 

@@ -11,6 +11,8 @@ pub mod metrics;
 pub mod pg;
 pub mod pooler;
 pub mod raw;
+pub mod rss;
+pub mod skim;
 pub mod tls;
 pub mod tools;
 

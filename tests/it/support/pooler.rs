@@ -185,6 +185,24 @@ impl Pooler {
         http_request(self.admin_port, "GET", path)
     }
 
+    /// `GET /status`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let (code, body) = self.admin_get("/status");
+        assert_eq!(code, 200, "GET /status: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status is not JSON ({e}): {body}"))
+    }
+
+    /// Server connections checked out by clients, over all pools (from `/status`).
+    pub fn servers_active(&self) -> i64 {
+        let s = self.status();
+        s["pools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("/status pools is not an array: {s}"))
+            .iter()
+            .map(|p| p["servers_active"].as_i64().expect("servers_active"))
+            .sum()
+    }
+
     /// `POST`s to an admin path; returns the status code and body.
     pub fn admin_post(&self, path: &str) -> (u16, String) {
         http_request(self.admin_port, "POST", path)
