@@ -16,6 +16,10 @@ pub enum ClientError {
     Pool(#[from] PoolError),
     #[error("server connection lost: {0}")]
     ServerLost(String),
+    /// The server ended the session with a FATAL error, already passed on to the client:
+    /// nothing more to tell it.
+    #[error("the server ended the session")]
+    ServerEnded,
     /// The server refused something on the client's behalf (a startup setting): the client
     /// gets the server's own error, as a direct connection would.
     #[error("{}", .0.message)]
@@ -34,7 +38,7 @@ impl ClientError {
     /// The ErrorResponse a client gets for this error, if it can still get one.
     pub fn to_fields(&self) -> Option<ErrorFields> {
         let (code, message, detail) = match self {
-            ClientError::Io(_) | ClientError::Gone => return None,
+            ClientError::Io(_) | ClientError::Gone | ClientError::ServerEnded => return None,
             ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
             ClientError::Pool(PoolError::Server(f)) => {
                 (f.code.clone(), f.message.clone(), f.detail.clone())

@@ -26,6 +26,11 @@ fn lost(e: impl std::fmt::Display) -> ClientError {
     ClientError::ServerLost(e.to_string())
 }
 
+/// Whether an ErrorResponse body has severity FATAL or PANIC: the server closes after it.
+fn is_fatal(body: &[u8]) -> bool {
+    b::parse_error(body).is_ok_and(|e| e.severity == "FATAL" || e.severity == "PANIC")
+}
+
 /// Whether a server message must be held whole: the pooler reads its body. An ErrorResponse
 /// larger than [`SERVER_HOLD_MAX`] is passed on unread instead (its tag is all the reply
 /// queue needs; it is then neither renamed back nor retried).
@@ -254,6 +259,9 @@ impl Session<'_> {
             .as_mut()
             .expect("server messages are handled only while a server is held");
         let body = || msg.map_or(&[][..], |m| &m[frame::HEADER_LEN..]);
+        if tag == b::ERROR_RESPONSE_TAG && msg.is_some_and(|m| is_fatal(&m[frame::HEADER_LEN..])) {
+            self.server_fatal = true;
+        }
         let mut step = if tag == b::ERROR_RESPONSE_TAG {
             let held = match srv.replies.front() {
                 Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),

@@ -114,12 +114,11 @@ impl Session<'_> {
             let res = self.on_request(tag, &cbuf[..seen], total);
             self.cbuf = cbuf;
             self.cbuf.advance(seen);
-            res?;
+            let passed = res?;
             if !whole {
-                // Only a held server's messages are passed on: a message that needs none
-                // (COPY data after the COPY ended) is dropped, as a server drops it.
-                let keep = self.server.is_some();
-                self.cpass = Pass::rest(total, seen, keep);
+                // The rest follows the first bytes: to the server, or (a Bind the pooler
+                // refused, COPY data with no COPY running) nowhere.
+                self.cpass = Pass::rest(total, seen, passed);
             }
         }
         self.finish_round().await?;
@@ -241,8 +240,9 @@ impl Session<'_> {
     }
 
     /// Handles one client message: `msg` is all of it, or its first bytes when it is passed
-    /// on in pieces (`total` is its whole size).
-    fn on_request(&mut self, tag: u8, msg: &[u8], total: usize) -> Result<(), ClientError> {
+    /// on in pieces (`total` is its whole size). Returns whether it went to the server (so the
+    /// rest of a message passed on in pieces follows it there).
+    fn on_request(&mut self, tag: u8, msg: &[u8], total: usize) -> Result<bool, ClientError> {
         let held = self.server.is_some();
         match tag {
             f::QUERY_TAG => self.forward(msg, Request::Query, total),
@@ -251,6 +251,7 @@ impl Session<'_> {
             f::SYNC_TAG => {
                 // Nothing of this batch reached a server: the pool answers the Sync itself.
                 backend::ready_for_query(&mut self.cout, backend::TX_IDLE);
+                return Ok(false);
             }
             f::COPY_DONE_TAG | f::COPY_FAIL_TAG if held => {
                 self.sout.extend_from_slice(msg);
@@ -270,15 +271,16 @@ impl Session<'_> {
                 self.forward(msg, Request::Parse, total)
             }
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.tracking => {
-                self.on_tracked(tag, msg, total)?
+                return self.on_tracked(tag, msg, total);
             }
             f::PARSE_TAG => self.forward(msg, Request::Parse, total),
             f::BIND_TAG => self.forward(msg, Request::Bind, total),
             f::DESCRIBE_TAG => self.forward(msg, Request::Describe, total),
             f::CLOSE_TAG => self.forward(msg, Request::Close, total),
-            _ => {}
+            // COPY messages with no server: a server would drop them too.
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Forwards a message unchanged (`msg` may be its first `msg.len()` of `total` bytes) and

@@ -115,6 +115,8 @@ pub struct Session<'a> {
     warm_limit: usize,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
+    /// The held server sent a FATAL error (passed on): its close ends the session quietly.
+    pub(super) server_fatal: bool,
 }
 
 impl<'a> Session<'a> {
@@ -158,14 +160,21 @@ impl<'a> Session<'a> {
             warm: None,
             warm_limit: cfg.client.warm_sessions,
             client_first: false,
+            server_fatal: false,
             shared,
         }
     }
 
     /// Runs the session to its end and returns or discards the server it holds.
     pub async fn run(&mut self) -> Result<(), ClientError> {
-        let res = self.relay().await;
-        let server_ok = !matches!(res, Err(ClientError::ServerLost(_)));
+        let res = match self.relay().await {
+            Err(ClientError::ServerLost(_)) if self.server_fatal => Err(ClientError::ServerEnded),
+            res => res,
+        };
+        let server_ok = !matches!(
+            res,
+            Err(ClientError::ServerLost(_) | ClientError::ServerEnded)
+        );
         if res.is_err() {
             // Deliver what is already queued; `serve` then writes the FATAL for the error.
             let _ = self.flush_client().await;

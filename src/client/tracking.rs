@@ -45,32 +45,44 @@ impl Session<'_> {
 
     /// A tracked message: `msg` is all of it, or (a Bind passed on in pieces) its first
     /// bytes, which hold both names; `total` is its whole size.
+    /// Returns whether the message went to the server (a refused one did not).
     pub(super) fn on_tracked(
         &mut self,
         tag: u8,
         msg: &[u8],
         total: usize,
-    ) -> Result<(), ClientError> {
+    ) -> Result<bool, ClientError> {
         let whole = msg.len();
-        match tag {
-            f::PARSE_TAG => self.tracked_parse(msg)?,
+        Ok(match tag {
+            f::PARSE_TAG => {
+                self.tracked_parse(msg)?;
+                true
+            }
             f::BIND_TAG => {
                 let span = f::bind_statement(msg).map_err(malformed)?;
-                self.tracked_use(msg, span, Request::Bind, total);
+                self.tracked_use(msg, span, Request::Bind, total)
             }
             f::DESCRIBE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
                 (b'S', span) if span.len > 0 => {
                     self.tracked_use(msg, span, Request::Describe, whole)
                 }
-                _ => self.forward(msg, Request::Describe, whole),
+                _ => {
+                    self.forward(msg, Request::Describe, whole);
+                    true
+                }
             },
             f::CLOSE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => self.tracked_close(span.get(msg)),
-                _ => self.forward(msg, Request::Close, whole),
+                (b'S', span) if span.len > 0 => {
+                    self.tracked_close(span.get(msg));
+                    false
+                }
+                _ => {
+                    self.forward(msg, Request::Close, whole);
+                    true
+                }
             },
-            _ => {}
-        }
-        Ok(())
+            _ => false,
+        })
     }
 
     /// Close S: forget the statement and answer CloseComplete ourselves; the server copies
@@ -115,14 +127,21 @@ impl Session<'_> {
             self.refuse(sqlstate::CONFIGURATION_LIMIT_EXCEEDED, text);
             return Ok(());
         }
-        if let Some(existing) = existing {
-            // Its Parse still in flight in an earlier batch may yet fail: then let the server
-            // decide, as it would without a pooler. Otherwise the name is taken.
-            let undecided = !existing.is_confirmed()
-                && self
-                    .server
-                    .as_ref()
-                    .is_some_and(|s| s.replies.parse_pending_before_sync(existing.id));
+        let mut same_name = None;
+        if let Some(existing) = existing.cloned() {
+            // Let the server decide, under the name the statement has there, as it would
+            // without a pooler, when the name may not be taken by the time this Parse runs
+            // (its Parse still in flight in an earlier batch may fail) or PostgreSQL would
+            // refuse the Parse first (the transaction block has failed, or an earlier batch
+            // of the block may still fail it: 25P02). Otherwise the name is taken, and the
+            // pooler says so.
+            let status = self.status;
+            let undecided = self.server.as_ref().is_some_and(|s| {
+                status == backend::TX_FAILED
+                    || (status == backend::TX_IN_BLOCK && s.replies.owes_ready())
+                    || (!existing.is_confirmed()
+                        && s.replies.parse_pending_before_sync(existing.id))
+            });
             if !undecided {
                 let text = format!(
                     "prepared statement \"{}\" already exists",
@@ -131,11 +150,14 @@ impl Session<'_> {
                 self.refuse(sqlstate::DUPLICATE_PREPARED_STATEMENT, text);
                 return Ok(());
             }
+            // The server must hold the statement to find the name taken.
+            self.replay_if_missing(&existing, &name);
             close_stale = false;
+            same_name = Some(existing.server_name.clone());
         }
         let client = self.id;
         let kept = self.statements.insert(name.clone(), |id| {
-            let server_name = prepared::server_name(client, &name, id);
+            let server_name = same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
             let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
             f::write_renamed(&mut renamed, msg, span, &server_name);
             (server_name, renamed.freeze())
@@ -153,10 +175,11 @@ impl Session<'_> {
     /// Bind or Describe of a named statement: 26000 if the client has no such statement,
     /// otherwise replay it where missing and forward the message renamed. `msg` may be the
     /// first bytes of a Bind of `total` bytes passed on in pieces.
-    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request, total: usize) {
+    /// Returns whether the message went to the server (not when refused).
+    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request, total: usize) -> bool {
         if span.len == 0 {
             self.forward(msg, req, total);
-            return;
+            return true;
         }
         let name = span.get(msg);
         let Some(kept) = self.statements.get(name).cloned() else {
@@ -165,21 +188,9 @@ impl Session<'_> {
                 String::from_utf8_lossy(name)
             );
             self.refuse(sqlstate::INVALID_SQL_STATEMENT_NAME, text);
-            return;
+            return false;
         };
-        let srv = self
-            .server
-            .as_mut()
-            .expect("a tracked Bind/Describe of a kept statement holds a server");
-        if srv.statements.presence(&kept.server_name, kept.id) != Presence::Present {
-            let name = Bytes::copy_from_slice(name);
-            let replay = Owed::Replay {
-                server_name: kept.server_name.clone(),
-                id: kept.id,
-            };
-            self.shared.metrics.prepared.replays.inc();
-            self.send_parse(&kept, &name, replay, true);
-        }
+        self.replay_if_missing(&kept, name);
         let start = self.sout.len();
         if msg.len() < total {
             f::write_renamed_head(&mut self.sout, msg, span, &kept.server_name, total);
@@ -201,6 +212,24 @@ impl Session<'_> {
             let sent = self.sout.split_off(start);
             self.retry.record(&sent, Some(req));
             self.sout.unsplit(sent);
+        }
+        true
+    }
+
+    /// Sends the held server `kept`'s Parse first if it does not hold that statement (its
+    /// ParseComplete swallowed).
+    fn replay_if_missing(&mut self, kept: &Kept, client_name: &[u8]) {
+        let srv = self
+            .server
+            .as_mut()
+            .expect("a statement is replayed only on a held server");
+        if srv.statements.presence(&kept.server_name, kept.id) != Presence::Present {
+            let replay = Owed::Replay {
+                server_name: kept.server_name.clone(),
+                id: kept.id,
+            };
+            self.shared.metrics.prepared.replays.inc();
+            self.send_parse(kept, client_name, replay, true);
         }
     }
 

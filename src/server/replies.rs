@@ -210,7 +210,12 @@ impl Replies {
         self.q.iter().any(|o| {
             matches!(
                 o,
-                Owed::Client(Request::Sync | Request::Query) | Owed::Internal
+                Owed::Client(Request::Sync | Request::Query)
+                    | Owed::Marked {
+                        req: Request::Query,
+                        ..
+                    }
+                    | Owed::Internal
             )
         })
     }
@@ -526,6 +531,21 @@ mod tests {
         assert!(r.push(Owed::Client(Request::Query)).is_none());
         assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_tracked_query_owes_ready() {
+        let mut r = Replies::default();
+        assert!(r
+            .push(Owed::Marked {
+                req: Request::Query,
+                client_seq: 1,
+                server_seq: 1,
+            })
+            .is_none());
+        assert!(r.owes_ready());
+        assert!(r.on_message(b::READY_FOR_QUERY_TAG).completed.is_some());
+        assert!(!r.owes_ready());
     }
 
     /// Extended-protocol COPY as libpq sends it: Execute and Sync, then the data, CopyDone

@@ -2,6 +2,7 @@ mod admin;
 mod badinput;
 mod codec;
 mod core;
+mod differential;
 mod faults;
 mod kind_checker;
 mod lifecycle;

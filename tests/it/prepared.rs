@@ -1831,6 +1831,79 @@ async fn plan_change_is_retried_outside_a_transaction() {
     );
 }
 
+/// The retry keeps the batch it would send again, so that record is bounded: a batch of more
+/// than 1,000 messages after the tracked Bind is not retried, and the client gets the 0A000,
+/// as directly. A short one still is.
+#[tokio::test]
+async fn plan_change_retry_is_bounded() {
+    let table = "prep_retry_bound";
+    fresh_table(table, "a int");
+    support::shared().psql(&format!("insert into {table} values (1)"));
+    let sql = format!("select * from {table}");
+    let pooler = start_tracked();
+    let mut c1 = connect(&pooler).await;
+    assert_tags(&exchange(&mut c1, &[parse("s", &sql), sync()]).await, "1Z");
+    let batch_of = |flushes: usize| {
+        let mut msgs = vec![bind("", "s", &[]), describe(b'P', ""), execute("")];
+        msgs.extend((0..flushes).map(|_| raw::flush()));
+        msgs.push(sync());
+        msgs
+    };
+    assert_tags(&exchange(&mut c1, &batch_of(1)).await, "2TDCZ");
+
+    support::shared().psql(&format!("alter table {table} add column b int default 7"));
+    let r = exchange(&mut c1, &batch_of(1200)).await;
+    assert_tags(&r, "EZ");
+    assert_eq!(errors(&r), [("0A000".to_string(), false)], "{}", show(&r));
+    // The statement is parsed again on the next use (the server rejected its old plan).
+    let r = exchange(&mut c1, &batch_of(10)).await;
+    assert_tags(&r, "2TDCZ");
+    assert_eq!(columns(&r[1]), ["a", "b"]);
+
+    support::shared().psql(&format!("alter table {table} add column c int default 8"));
+    let r = exchange(&mut c1, &batch_of(10)).await;
+    assert_tags(&r, "2TDCZ");
+    assert_eq!(columns(&r[1]), ["a", "b", "c"], "a short batch is still retried");
+}
+
+/// With tracking, a client keeps at most `pool.max_client_prepared_statements`: the Parse of
+/// one more name gets 53400 and the batch is skipped to Sync; the session stays usable, and
+/// once a name is closed a new one fits.
+#[tokio::test]
+async fn client_statements_are_bounded() {
+    let pg = support::shared();
+    let pooler = Pooler::start_with_config(
+        pg,
+        "pool:\n  max_client_prepared_statements: 3\n",
+        TRACKED,
+    );
+    let mut c1 = connect(&pooler).await;
+    for name in ["s1", "s2", "s3"] {
+        let r = exchange(&mut c1, &[parse(name, "select 1"), sync()]).await;
+        assert_tags(&r, "1Z");
+    }
+    let r = exchange(
+        &mut c1,
+        &[parse("s4", "select 4"), bind("", "s4", &[]), execute(""), sync()],
+    )
+    .await;
+    assert_tags(&r, "EZ");
+    assert_eq!(errors(&r), [("53400".to_string(), true)], "{}", show(&r));
+    // Parsing an existing name again is not a new statement: 42P05, not 53400.
+    let r = exchange(&mut c1, &[parse("s1", "select 1"), sync()]).await;
+    assert_eq!(errors(&r), [("42P05".to_string(), true)]);
+    // Inside a transaction, on a held server: the transaction fails as on an error.
+    assert_eq!(status(&simple(&mut c1, "begin").await), 'T');
+    let r = exchange(&mut c1, &[parse("s4", "select 4"), sync()]).await;
+    assert_eq!(errors(&r), [("53400".to_string(), true)]);
+    assert_eq!(status(&r), 'E');
+    assert_eq!(status(&simple(&mut c1, "rollback").await), 'I');
+    let r = exchange(&mut c1, &[bind("", "s2", &[]), execute(""), sync()]).await;
+    assert_tags(&r, "2DCZ");
+    let r = exchange(&mut c1, &[close(b'S', "s3"), parse("s4", "select 4"), sync()]).await;
+    assert_tags(&r, "31Z");
+}
+
 /// `DEALLOCATE ALL` / `DISCARD ALL` with a comment around them (ORMs and tools add those) are
 /// still those commands: the names are free again afterwards, as on PostgreSQL.
 #[tokio::test]
@@ -2412,6 +2485,40 @@ fn pgbench_prepared_20_clients() {
             p.iter().take(5).collect::<Vec<_>>()
         );
     }
+}
+
+/// The relay issue's acceptance run: `pgbench -M prepared` TPC-B at `-c 16 -j 16` for a few
+/// seconds through a pool of 2 with tracking: no failed and no aborted transaction, and every
+/// transaction pgbench counted left its history row.
+#[test]
+fn pgbench_prepared_tpcb_16_clients_pool_of_2() {
+    let pg = support::shared();
+    let db = "prep_bench16";
+    pg.psql_db("postgres", &format!("drop database if exists {db}"));
+    pg.psql_db("postgres", &format!("create database {db} owner droid"));
+    let port = pg.port.to_string();
+    let (ok, out) = pgbench(&[
+        "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", &port, "-U", USER, db,
+    ]);
+    assert!(ok, "pgbench -i failed:\n{out}");
+    let pooler = Pooler::start(pg, TRACKED);
+    let port = pooler.port().to_string();
+    let (ok, out) = pgbench(&[
+        "-M", "prepared", "-c", "16", "-j", "16", "-T", "5", "-h", "127.0.0.1", "-p", &port, "-U",
+        USER, db,
+    ]);
+    assert!(ok, "pgbench failed:\n{out}");
+    assert!(out.contains("number of failed transactions: 0 "), "{out}");
+    assert!(!out.to_lowercase().contains("abort"), "{out}");
+    let processed: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no processed count:\n{out}"));
+    assert!(processed > 0, "{out}");
+    let history = pg.psql_db(db, "select count(*) from pgbench_history");
+    assert_eq!(history.trim(), processed.to_string(), "{out}");
 }
 
 /// The messages of every ErrorResponse in `frames`.

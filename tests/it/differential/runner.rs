@@ -1,0 +1,220 @@
+//! Runs a program's clients at once against one port (PostgreSQL itself, or a pooler) and
+//! records what each client receives, normalised where a pooler may differ by design.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use droid_pool::protocol::backend;
+use droid_pool::protocol::frame::{self, Frame};
+use droid_pool::protocol::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::program::{ClientProgram, End, Msg, Program};
+
+/// How long a direct run waits for more after a Flush-ended write before writing on.
+const SETTLE: Duration = Duration::from_millis(60);
+/// How long a run waits for a message it expects.
+const EXPECT: Duration = Duration::from_secs(15);
+
+/// What a client received, message by message, normalised: ErrorResponse and NoticeResponse
+/// by severity, SQLSTATE and message (the pooler's own errors carry no file and line), large
+/// bodies by length and hash.
+pub type Transcript = Vec<String>;
+
+/// Per client: the transcript, and after each Flush-ended write how many messages had come.
+#[derive(Debug, Default, Clone)]
+pub struct ClientRun {
+    pub transcript: Transcript,
+    pub after_flush: Vec<usize>,
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+fn normalise(f: &Frame) -> String {
+    let tag = f.tag as char;
+    match f.tag {
+        backend::ERROR_RESPONSE_TAG | backend::NOTICE_RESPONSE_TAG => {
+            match backend::parse_error(f.body()) {
+                Ok(e) => format!("{tag} {} {} {}", e.severity, e.code, e.message),
+                Err(_) => format!("{tag} <unparsable>"),
+            }
+        }
+        backend::READY_FOR_QUERY_TAG => {
+            format!("Z {}", f.body().first().copied().unwrap_or(0) as char)
+        }
+        _ if f.body().len() <= 200 => format!("{tag} {}", String::from_utf8_lossy(f.body())),
+        _ => format!("{tag} <{} bytes #{:x}>", f.body().len(), hash(f.body())),
+    }
+}
+
+/// A logged-in client connection.
+pub struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    pub async fn login(port: u16, user: &str, db: &str) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let _ = stream.set_nodelay(true);
+        let mut c = Conn {
+            stream,
+            buf: BytesMut::new(),
+        };
+        let mut b = BytesMut::new();
+        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
+        c.stream.write_all(&b).await.expect("startup");
+        loop {
+            let f = c.recv(EXPECT).await.expect("login reply");
+            assert_ne!(f.tag, b'E', "login failed: {}", normalise(&f));
+            if f.tag == backend::READY_FOR_QUERY_TAG {
+                return c;
+            }
+        }
+    }
+
+    async fn recv(&mut self, wait: Duration) -> Option<Frame> {
+        let read = async {
+            loop {
+                if let Some(f) = frame::cut(&mut self.buf, 1 << 30).expect("valid frame") {
+                    return Some(f);
+                }
+                match self.stream.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(wait, read).await.ok().flatten()
+    }
+
+    /// Runs one client's program. `expect_after_flush`: for a pooled run, how many messages
+    /// the direct run had seen after each Flush-ended write (none: a direct run, which
+    /// waits for the server to go quiet instead).
+    pub async fn run(
+        &mut self,
+        program: &ClientProgram,
+        expect_after_flush: Option<&[usize]>,
+    ) -> ClientRun {
+        let mut run = ClientRun::default();
+        let mut flushes = 0;
+        for w in &program.writes {
+            let mut bytes = BytesMut::new();
+            for m in &w.msgs {
+                m.encode(&mut bytes);
+            }
+            if w.end == End::Fence {
+                Msg::Sync.encode(&mut bytes);
+                Msg::Query(String::new()).encode(&mut bytes);
+            }
+            if self.stream.write_all(&bytes).await.is_err() {
+                run.transcript.push("<write failed>".into());
+                return run;
+            }
+            match w.end {
+                End::Fence => {
+                    let mut empty = false;
+                    loop {
+                        let Some(f) = self.recv(EXPECT).await else {
+                            run.transcript.push("<nothing more: timeout or EOF>".into());
+                            return run;
+                        };
+                        run.transcript.push(normalise(&f));
+                        match f.tag {
+                            backend::EMPTY_QUERY_RESPONSE_TAG => empty = true,
+                            backend::READY_FOR_QUERY_TAG if empty => break,
+                            _ => empty = false,
+                        }
+                    }
+                }
+                End::Flush => {
+                    match expect_after_flush {
+                        None => {
+                            while let Some(f) = self.recv(SETTLE).await {
+                                run.transcript.push(normalise(&f));
+                            }
+                        }
+                        Some(counts) => {
+                            let want = counts.get(flushes).copied().unwrap_or(0);
+                            while run.transcript.len() < want {
+                                match self.recv(EXPECT).await {
+                                    Some(f) => run.transcript.push(normalise(&f)),
+                                    None => {
+                                        run.transcript.push("<nothing more: timeout>".into());
+                                        return run;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    run.after_flush.push(run.transcript.len());
+                    flushes += 1;
+                }
+            }
+        }
+        run
+    }
+}
+
+/// Runs every client of `program` at once against `port`; returns the runs and the still
+/// open, idle connections (so the caller can look at the pool before they leave).
+pub async fn run_all(
+    port: u16,
+    user: &str,
+    db: &str,
+    program: &Program,
+    expect: Option<&[ClientRun]>,
+) -> (Vec<ClientRun>, Vec<Conn>) {
+    let mut tasks = Vec::new();
+    for (i, client) in program.clients.iter().enumerate() {
+        let client = client.clone();
+        let counts = expect.map(|runs| runs[i].after_flush.clone());
+        let (user, db) = (user.to_owned(), db.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::login(port, &user, &db).await;
+            let run = conn.run(&client, counts.as_deref()).await;
+            (run, conn)
+        }));
+    }
+    let mut runs = Vec::new();
+    let mut conns = Vec::new();
+    for t in tasks {
+        let (run, conn) = t.await.expect("client task");
+        runs.push(run);
+        conns.push(conn);
+    }
+    (runs, conns)
+}
+
+/// The first difference between two transcripts, with some context, for a failure message.
+pub fn first_difference(direct: &Transcript, pooled: &Transcript) -> Option<String> {
+    let at = direct
+        .iter()
+        .zip(pooled)
+        .position(|(a, b)| a != b)
+        .or_else(|| (direct.len() != pooled.len()).then(|| direct.len().min(pooled.len())))?;
+    let from = at.saturating_sub(3);
+    let show = |t: &Transcript| {
+        t.iter()
+            .enumerate()
+            .skip(from)
+            .take(8)
+            .map(|(i, m)| format!("    {i}: {m}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    Some(format!(
+        "first difference at message {at}\n  PostgreSQL:\n{}\n  through the pooler:\n{}",
+        show(direct),
+        show(pooled)
+    ))
+}
