@@ -3,6 +3,7 @@
 # binary and inputs give the same count whatever else the machine does).
 #
 #   bench/callgrind.sh [BINARY]      default: target/release/droid-pool (plain release build)
+#   CALLGRIND_KEEP=DIR bench/callgrind.sh   also keeps the profiles (callgrind_annotate them)
 #
 # For 1 and 50 clients it runs `pgbench -S -M simple` twice through the pooler under
 # callgrind, with N and 2N transactions per client, and prints the difference divided by the
@@ -30,6 +31,10 @@ pg_find_bin
 pg_own_tmp
 cleanup() {
   pg_stop "$PG_TMP/data" immediate
+  if [[ -n ${CALLGRIND_KEEP:-} ]]; then
+    mkdir -p "$CALLGRIND_KEEP"
+    cp "$PG_TMP"/cg.* "$CALLGRIND_KEEP"/ 2>/dev/null || true
+  fi
   rm -rf "$PG_TMP"
 }
 trap cleanup EXIT
@@ -69,7 +74,7 @@ count() {
   echo "$total"
 }
 
-for spec in "1 2000" "50 40"; do
+for spec in "1 2000" "50 100"; do
   read -r clients n <<<"$spec"
   a=$(count "$clients" "$n")
   b=$(count "$clients" $((2 * n)))

@@ -4,7 +4,7 @@
 
 pub mod query;
 pub mod scram;
-mod userlist;
+pub mod userlist;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -16,20 +16,24 @@ fn read(path: &Path) -> Result<String, AuthError> {
 /// with `;` or `#` are skipped (PgBouncer's format).
 pub fn read_userlist(path: &Path) -> Result<Vec<(String, String)>, AuthError> {
     let text = read(path)?;
+    parse_userlist(&text).map_err(|line| AuthError::Syntax {
+        path: path.to_owned(),
+        line,
+    })
+}
+
+/// The entries of a userlist text, in order; on a malformed line, its number (from 1).
+pub fn parse_userlist(text: &str) -> Result<Vec<(String, String)>, usize> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
             continue;
         }
-        let syntax = || AuthError::Syntax {
-            path: path.to_owned(),
-            line: i + 1,
-        };
-        let (user, rest) = quoted(line).ok_or_else(syntax)?;
-        let (password, rest) = quoted(rest.trim_start()).ok_or_else(syntax)?;
+        let (user, rest) = quoted(line).ok_or(i + 1)?;
+        let (password, rest) = quoted(rest.trim_start()).ok_or(i + 1)?;
         if user.is_empty() || !(rest.trim().is_empty() || rest.trim_start().starts_with('"')) {
-            return Err(syntax());
+            return Err(i + 1);
         }
         out.push((user, password));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::net::ClientStream;
 use bytes::{BufMut, BytesMut};
 
+use super::command::Command;
 use super::error::{error_fields, ClientError};
 use super::io::read_some;
 use crate::protocol::frame::{self, begin, finish};
@@ -73,11 +74,17 @@ pub(super) async fn serve(
 }
 
 async fn run(shared: &Arc<Shared>, sql: &str, out: &mut BytesMut) {
-    let cmd = sql.trim().trim_end_matches(';').trim().to_ascii_uppercase();
-    let words: Vec<&str> = cmd.split_whitespace().collect();
-    match words.as_slice() {
-        ["SHOW", what] => show(shared, what, out),
-        ["PAUSE"] => {
+    let Some(cmd) = Command::parse(sql) else {
+        let e = error_fields(
+            sqlstate::SYNTAX_ERROR,
+            format!("unknown console command: {sql:?} (SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION, PAUSE, RESUME, RELOAD, SHUTDOWN)"),
+        );
+        backend::error_response(out, &e);
+        return;
+    };
+    match &cmd {
+        Command::Show(what) => return show(shared, what, out),
+        Command::Pause => {
             shared.lifecycle.pause();
             shared.metrics.lifecycle.paused.set(1);
             // Like PgBouncer: answer once running transactions have given their servers back.
@@ -85,29 +92,15 @@ async fn run(shared: &Arc<Shared>, sql: &str, out: &mut BytesMut) {
             while busy_servers(shared) > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            complete(out, "PAUSE");
         }
-        ["RESUME"] => {
+        Command::Resume => {
             shared.lifecycle.resume();
             shared.metrics.lifecycle.paused.set(0);
-            complete(out, "RESUME");
         }
-        ["RELOAD"] => {
-            shared.reload.notify_one();
-            complete(out, "RELOAD");
-        }
-        ["SHUTDOWN"] => {
-            shared.lifecycle.begin_drain();
-            complete(out, "SHUTDOWN");
-        }
-        _ => {
-            let e = error_fields(
-                sqlstate::SYNTAX_ERROR,
-                format!("unknown console command: {sql:?} (SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION, PAUSE, RESUME, RELOAD, SHUTDOWN)"),
-            );
-            backend::error_response(out, &e);
-        }
+        Command::Reload => shared.reload.notify_one(),
+        Command::Shutdown => shared.lifecycle.begin_drain(),
     }
+    complete(out, cmd.tag());
 }
 
 fn busy_servers(shared: &Shared) -> i64 {

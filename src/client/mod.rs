@@ -3,6 +3,7 @@
 
 mod auth;
 pub mod cancel;
+pub mod command;
 mod console;
 mod error;
 mod finish;

@@ -220,6 +220,7 @@ impl Session<'_> {
     /// The first bytes of a server message too large to hold (never one the pooler reads):
     /// classified by its tag, the bytes there are passed on or dropped, and the rest follows
     /// as it arrives.
+    #[cold]
     fn server_head(
         &mut self,
         tag: u8,
@@ -247,6 +248,7 @@ impl Session<'_> {
     /// What one server message means for the reply queue and the session: the step, and the
     /// pooler's own error to send in its place. `msg` is the whole message, or `None` for
     /// one passed on in pieces (never one whose body the pooler reads).
+    #[inline(always)]
     fn classify(
         &mut self,
         tag: u8,
@@ -353,6 +355,7 @@ impl Session<'_> {
 
     /// After a server message: the pooler's answers that reached the front go to the client,
     /// and a ReadyForQuery with nothing left owed makes the server due for release.
+    #[inline(always)]
     fn after_step(&mut self, step: &Step, buf: &[u8], direct: &mut Direct) {
         let srv = self
             .server

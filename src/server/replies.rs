@@ -264,6 +264,7 @@ impl Replies {
 
     /// Pops the front entry, and any CopyEnd markers that reach the front after it (they
     /// only matter behind a request whose COPY may yet start).
+    #[inline]
     fn pop(&mut self) -> Option<Owed> {
         let o = self.q.pop_front();
         while matches!(self.q.front(), Some(Owed::CopyEnd)) {

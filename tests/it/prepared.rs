@@ -1863,7 +1863,11 @@ async fn plan_change_retry_is_bounded() {
     support::shared().psql(&format!("alter table {table} add column c int default 8"));
     let r = exchange(&mut c1, &batch_of(10)).await;
     assert_tags(&r, "2TDCZ");
-    assert_eq!(columns(&r[1]), ["a", "b", "c"], "a short batch is still retried");
+    assert_eq!(
+        columns(&r[1]),
+        ["a", "b", "c"],
+        "a short batch is still retried"
+    );
 }
 
 /// With tracking, a client keeps at most `pool.max_client_prepared_statements`: the Parse of
@@ -1872,11 +1876,8 @@ async fn plan_change_retry_is_bounded() {
 #[tokio::test]
 async fn client_statements_are_bounded() {
     let pg = support::shared();
-    let pooler = Pooler::start_with_config(
-        pg,
-        "pool:\n  max_client_prepared_statements: 3\n",
-        TRACKED,
-    );
+    let pooler =
+        Pooler::start_with_config(pg, "pool:\n  max_client_prepared_statements: 3\n", TRACKED);
     let mut c1 = connect(&pooler).await;
     for name in ["s1", "s2", "s3"] {
         let r = exchange(&mut c1, &[parse(name, "select 1"), sync()]).await;
@@ -1884,7 +1885,12 @@ async fn client_statements_are_bounded() {
     }
     let r = exchange(
         &mut c1,
-        &[parse("s4", "select 4"), bind("", "s4", &[]), execute(""), sync()],
+        &[
+            parse("s4", "select 4"),
+            bind("", "s4", &[]),
+            execute(""),
+            sync(),
+        ],
     )
     .await;
     assert_tags(&r, "EZ");
@@ -1900,7 +1906,11 @@ async fn client_statements_are_bounded() {
     assert_eq!(status(&simple(&mut c1, "rollback").await), 'I');
     let r = exchange(&mut c1, &[bind("", "s2", &[]), execute(""), sync()]).await;
     assert_tags(&r, "2DCZ");
-    let r = exchange(&mut c1, &[close(b'S', "s3"), parse("s4", "select 4"), sync()]).await;
+    let r = exchange(
+        &mut c1,
+        &[close(b'S', "s3"), parse("s4", "select 4"), sync()],
+    )
+    .await;
     assert_tags(&r, "31Z");
 }
 
@@ -2498,14 +2508,37 @@ fn pgbench_prepared_tpcb_16_clients_pool_of_2() {
     pg.psql_db("postgres", &format!("create database {db} owner droid"));
     let port = pg.port.to_string();
     let (ok, out) = pgbench(&[
-        "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", &port, "-U", USER, db,
+        "-i",
+        "-q",
+        "-s",
+        "1",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-U",
+        USER,
+        db,
     ]);
     assert!(ok, "pgbench -i failed:\n{out}");
     let pooler = Pooler::start(pg, TRACKED);
     let port = pooler.port().to_string();
     let (ok, out) = pgbench(&[
-        "-M", "prepared", "-c", "16", "-j", "16", "-T", "5", "-h", "127.0.0.1", "-p", &port, "-U",
-        USER, db,
+        "-M",
+        "prepared",
+        "-c",
+        "16",
+        "-j",
+        "16",
+        "-T",
+        "5",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-U",
+        USER,
+        db,
     ]);
     assert!(ok, "pgbench failed:\n{out}");
     assert!(out.contains("number of failed transactions: 0 "), "{out}");
