@@ -3,8 +3,10 @@
 
 mod auth;
 pub mod cancel;
+mod checkout;
 pub mod command;
 mod console;
+mod direct;
 mod error;
 mod finish;
 mod flush;
@@ -14,6 +16,7 @@ mod replies;
 mod requests;
 mod retry;
 mod session;
+mod settle;
 mod startup;
 mod sync;
 mod tracking;

@@ -6,11 +6,13 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use super::direct::Direct;
 use super::error::{error_fields, ClientError};
 use super::pass::Pass;
 use super::session::Session;
+use super::settle::settle;
 use crate::config::PoolMode;
-use crate::prepared::{self, ClientStatements, ServerStatements};
+use crate::prepared;
 use crate::protocol::backend as b;
 use crate::protocol::{frame, frontend, sqlstate};
 use crate::server::{Owed, Step};
@@ -398,80 +400,5 @@ impl Session<'_> {
         self.owe(Owed::Synthetic(Bytes::from(m)));
         // The rest of the block, already sent by the client, must not run outside it.
         self.refused_bytes = self.cbuf.len();
-    }
-}
-
-/// The run of forwarded bytes at the start of a drain that has not been copied: it can go to
-/// the client straight from the server's buffer.
-struct Direct {
-    /// Still possible: the client buffer is empty and nothing but this run was forwarded.
-    allowed: bool,
-    run: Option<std::ops::Range<usize>>,
-}
-
-impl Direct {
-    /// Passes `buf[from..to]` (whole messages, unchanged) on: extends the run when it
-    /// continues it, else queues it in `cout` behind everything before it.
-    fn pass_on(&mut self, cout: &mut BytesMut, buf: &[u8], from: usize, to: usize) {
-        if self.allowed {
-            match &mut self.run {
-                None => {
-                    self.run = Some(from..to);
-                    return;
-                }
-                Some(run) if run.end == from => {
-                    run.end = to;
-                    return;
-                }
-                Some(_) => {}
-            }
-        }
-        self.spill(cout, buf);
-        cout.extend_from_slice(&buf[from..to]);
-    }
-
-    /// Before anything else goes to `cout`: the run goes there first, and the rest of this
-    /// drain is queued there too, so the order holds.
-    fn spill(&mut self, cout: &mut BytesMut, buf: &[u8]) {
-        if self.allowed {
-            self.allowed = false;
-            // Room for everything forwarded, in one reservation rather than growth by doubling.
-            cout.reserve(buf.len());
-        }
-        if let Some(run) = self.run.take() {
-            cout.extend_from_slice(&buf[run]);
-        }
-    }
-}
-
-/// Applies what the outcome of one owed reply means for prepared-statement bookkeeping.
-/// `failed`: the server answered it with an error, or skipped it after an earlier error.
-pub(super) fn settle(
-    client: &mut ClientStatements,
-    server: &mut ServerStatements,
-    o: Owed,
-    failed: bool,
-) {
-    match o {
-        Owed::TrackedParse { name, id, .. } if !failed => client.confirm(&name, id),
-        Owed::TrackedParse {
-            name,
-            server_name,
-            id,
-        } => {
-            server.remove_if(&server_name, id);
-            // A statement this Parse replaced is still on the server under the same name.
-            if let Some(old) = client.reject(&name, id) {
-                if old.server_name == server_name {
-                    server.add(old.server_name.clone(), old.id);
-                }
-            }
-        }
-        Owed::Replay { server_name, id } if failed => server.remove_if(&server_name, id),
-        // A Close the server skipped: the copy is still there.
-        // Entries settle in order, so a Parse sent after this Close settles after it.
-        Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
-        Owed::ClientClose { name, kept, .. } if failed => client.restore(&name, kept),
-        _ => {}
     }
 }

@@ -15,7 +15,7 @@ use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
 use super::error::ClientError;
-use super::io::{poll_read_some, read_some, release_if_empty, SHRINK_ABOVE};
+use super::io::{poll_read_some, release_if_empty, SHRINK_ABOVE};
 use super::pass::Pass;
 use super::startup::Login;
 use crate::config::PoolMode;
@@ -43,16 +43,9 @@ enum Event {
 /// anything (then it cannot go back to the pool before its next ReadyForQuery).
 pub(super) fn owe_on(srv: &mut Server, statements: &mut ClientStatements, o: Owed) -> bool {
     if let Some(ignored) = srv.replies.push(o) {
-        super::replies::settle(statements, &mut srv.statements, ignored, true);
+        super::settle::settle(statements, &mut srv.statements, ignored, true);
     }
     !srv.replies.is_empty()
-}
-
-/// What [`Session::acquire_now`] leaves for the waiting path.
-pub(super) struct Taken {
-    started: Instant,
-    /// A server taken at once that still needs a sync.
-    conn: Option<Server>,
 }
 
 pub struct Session<'a> {
@@ -336,121 +329,6 @@ impl<'a> Session<'a> {
         .await
     }
 
-    /// Takes a server from the pool, still noticing if the client leaves meanwhile, and
-    /// brings its session settings in line with the client's.
-    /// The common case without a future: an idle server that already has this client's
-    /// settings, taken at once. Otherwise hands [`Session::acquire`] what it needs: the
-    /// clock read, and the server taken if it only needs a sync.
-    pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
-        let started = Instant::now();
-        if self.shared.lifecycle.is_paused() {
-            return Err(Taken {
-                started,
-                conn: None,
-            });
-        }
-        match self.pool.try_checkout(started) {
-            Some(conn) if conn.in_sync_with(&self.params) => {
-                self.shared.metrics.clients.wait_seconds.observe(0.0);
-                self.hold(conn, started);
-                Ok(())
-            }
-            conn => Err(Taken { started, conn }),
-        }
-    }
-
-    /// Takes a server from the pool (or finishes with the one `taken` holds), waiting if need
-    /// be, still noticing if the client leaves meanwhile, and brings its session settings in
-    /// line with the client's.
-    pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
-        let Taken { started, conn } = taken;
-        let conn = match conn {
-            Some(c) => c,
-            None => self.wait_for_server(started).await?,
-        };
-        self.sync_and_hold(conn, started).await
-    }
-
-    async fn wait_for_server(&mut self, started: Instant) -> Result<Server, ClientError> {
-        // PAUSE holds new transactions (running ones finish); a client leaving is still seen.
-        let l = self.shared.lifecycle.clone();
-        // The wait for a server (and its deadline) starts after any PAUSE.
-        let mut since = tokio::time::Instant::from_std(started);
-        let mut paused = false;
-        while l.is_paused() {
-            paused = true;
-            tokio::select! {
-                _ = l.wait_unpaused() => {}
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
-                    if r? == 0 {
-                        return Err(ClientError::Gone);
-                    }
-                }
-            }
-        }
-        if paused {
-            since = tokio::time::Instant::now();
-        }
-        let pool = self.pool.clone();
-        let checkout = pool.checkout_since(since);
-        tokio::pin!(checkout);
-        loop {
-            tokio::select! {
-                r = &mut checkout => return Ok(r?),
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
-                    if r? == 0 {
-                        return Err(ClientError::Gone);
-                    }
-                }
-            }
-        }
-    }
-
-    async fn sync_and_hold(
-        &mut self,
-        mut conn: Server,
-        started: Instant,
-    ) -> Result<(), ClientError> {
-        if let Err(e) = self.sync_settings(&mut conn).await {
-            match e {
-                ClientError::Rejected(_) => self.pool.checkin(conn),
-                _ => self.pool.discard(conn),
-            }
-            return Err(e);
-        }
-        let now = Instant::now();
-        self.shared
-            .metrics
-            .clients
-            .wait_seconds
-            .observe(now.duration_since(started).as_secs_f64());
-        self.hold(conn, now);
-        Ok(())
-    }
-
-    /// Starts holding a server taken (and synced) at `now`.
-    fn hold(&mut self, conn: Server, now: Instant) {
-        self.held_since = Some(now);
-        // The first request goes out right after: one clock read serves both.
-        self.request_since = Some(now);
-        self.shared.events.client_uses_server(self.id, conn.id);
-        self.cancel.set(conn.addr, conn.key, conn.id);
-        // A reloaded mode applies from this transaction on; tracking switches only while the
-        // client keeps no statements, so none of its names is stranded.
-        let cfg = self.shared.config.load();
-        self.mode = cfg.pool.mode;
-        if self.statements.is_empty() {
-            self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
-        }
-        self.max_prepared = cfg.pool.max_prepared_statements;
-        self.max_client_prepared = cfg.pool.max_client_prepared_statements;
-        self.spass = Pass::default();
-        self.status = backend::TX_IDLE;
-        self.release_due = false;
-        self.batch_clean = true;
-        self.server = Some(conn);
-    }
-
     /// Counts the transaction that ends now; returns the clock read it used.
     pub(super) fn count_transaction(&mut self) -> Instant {
         // A ReadyForQuery handled in this same step already read the clock.
@@ -477,9 +355,10 @@ impl<'a> Session<'a> {
     /// Gives the server back at a transaction boundary.
     pub(super) fn release(&mut self) {
         let now = self.count_transaction();
-        if let Some(conn) = self.server.take() {
+        if let Some(mut conn) = self.server.take() {
             self.shared.events.client_released_server(self.id, conn.id);
             self.cancel.clear();
+            conn.trim_buffers();
             self.pool.checkin_at(conn, now);
         }
     }

@@ -142,6 +142,16 @@ impl ServerConn {
         }
     }
 
+    /// Gives back what a large message or a long pipeline grew (the read buffer, the reply
+    /// queue) before the connection waits in the pool: idle servers stay small.
+    #[inline]
+    pub fn trim_buffers(&mut self) {
+        if self.rbuf.capacity() > 64 << 10 && self.rbuf.is_empty() {
+            self.rbuf = BytesMut::with_capacity(8192);
+        }
+        self.replies.trim();
+    }
+
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expires.is_some_and(|e| now >= e)
     }

@@ -2432,20 +2432,13 @@ fn pgbench(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// `pgbench -M prepared`, 20 clients through a pool of 2: no failed transaction, with servers
-/// handed out most recently used first and in rotation.
-///
-/// One pgbench thread per client (`-j 20`): pgbench prepares with the synchronous PQprepare,
-/// which blocks its whole thread while that client waits for a server; with several clients per
-/// thread, the clients of a blocked thread that hold servers inside a transaction cannot go on,
-/// and the pool of 2 deadlocks until query_wait_timeout. That is pgbench's, not the pooler's.
-#[test]
-fn pgbench_prepared_20_clients() {
+/// A fresh database `db` owned by droid, filled by `pgbench -i -s 1` directly.
+fn pgbench_init(db: &str) {
     let pg = support::shared();
-    let db = "prep_bench";
+    pg.psql_db("postgres", &format!("drop database if exists {db}"));
     pg.psql_db("postgres", &format!("create database {db} owner droid"));
     let port = pg.port.to_string();
-    let (ok, out) = pgbench(&[
+    let init = [
         "-i",
         "-q",
         "-s",
@@ -2457,31 +2450,37 @@ fn pgbench_prepared_20_clients() {
         "-U",
         USER,
         db,
-    ]);
+    ];
+    let (ok, out) = pgbench(&init);
     assert!(ok, "pgbench -i failed:\n{out}");
+}
+
+/// `pgbench -M prepared EXTRA` against database `db` through the pooler on `port`.
+fn pgbench_through(port: &str, db: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["-M", "prepared"];
+    args.extend_from_slice(extra);
+    args.extend(["-h", "127.0.0.1", "-p", port, "-U", USER, db]);
+    pgbench(&args)
+}
+
+/// `pgbench -M prepared`, 20 clients through a pool of 2: no failed transaction, with servers
+/// handed out most recently used first and in rotation.
+///
+/// One pgbench thread per client (`-j 20`): pgbench prepares with the synchronous PQprepare,
+/// which blocks its whole thread while that client waits for a server; with several clients per
+/// thread, the clients of a blocked thread that hold servers inside a transaction cannot go on,
+/// and the pool of 2 deadlocks until query_wait_timeout. That is pgbench's, not the pooler's.
+#[test]
+fn pgbench_prepared_20_clients() {
+    let pg = support::shared();
+    let db = "prep_bench";
+    pgbench_init(db);
     for pooler in [
         Pooler::start(pg, TRACKED),
         Pooler::start_with_config(pg, ROUND_ROBIN, &[]),
     ] {
         let port = pooler.port().to_string();
-        let (ok, out) = pgbench(&[
-            "-M",
-            "prepared",
-            "-n",
-            "-c",
-            "20",
-            "-j",
-            "20",
-            "-t",
-            "50",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-U",
-            USER,
-            db,
-        ]);
+        let (ok, out) = pgbench_through(&port, db, &["-n", "-c", "20", "-j", "20", "-t", "50"]);
         assert!(ok, "pgbench failed:\n{out}");
         assert!(
             out.contains("number of transactions actually processed: 1000/1000"),
@@ -2504,42 +2503,10 @@ fn pgbench_prepared_20_clients() {
 fn pgbench_prepared_tpcb_16_clients_pool_of_2() {
     let pg = support::shared();
     let db = "prep_bench16";
-    pg.psql_db("postgres", &format!("drop database if exists {db}"));
-    pg.psql_db("postgres", &format!("create database {db} owner droid"));
-    let port = pg.port.to_string();
-    let (ok, out) = pgbench(&[
-        "-i",
-        "-q",
-        "-s",
-        "1",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-U",
-        USER,
-        db,
-    ]);
-    assert!(ok, "pgbench -i failed:\n{out}");
+    pgbench_init(db);
     let pooler = Pooler::start(pg, TRACKED);
     let port = pooler.port().to_string();
-    let (ok, out) = pgbench(&[
-        "-M",
-        "prepared",
-        "-c",
-        "16",
-        "-j",
-        "16",
-        "-T",
-        "5",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-U",
-        USER,
-        db,
-    ]);
+    let (ok, out) = pgbench_through(&port, db, &["-c", "16", "-j", "16", "-T", "5"]);
     assert!(ok, "pgbench failed:\n{out}");
     assert!(out.contains("number of failed transactions: 0 "), "{out}");
     assert!(!out.to_lowercase().contains("abort"), "{out}");

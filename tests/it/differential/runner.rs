@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use droid_pool::protocol::backend;
-use droid_pool::protocol::frame::{self, Frame};
-use droid_pool::protocol::frontend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use droid_pool::protocol::frame::Frame;
+use tokio::io::AsyncWriteExt;
 
 use super::program::{ClientProgram, End, Msg, Program};
+use crate::support::raw::Raw;
 
 /// How long a direct run waits for more after a Flush-ended write before writing on.
 const SETTLE: Duration = Duration::from_millis(60);
@@ -55,46 +54,20 @@ fn normalise(f: &Frame) -> String {
 }
 
 /// A logged-in client connection.
-pub struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-}
+pub struct Conn(Raw);
 
 impl Conn {
     pub async fn login(port: u16, user: &str, db: &str) -> Conn {
-        let stream = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
-        let _ = stream.set_nodelay(true);
-        let mut c = Conn {
-            stream,
-            buf: BytesMut::new(),
-        };
-        let mut b = BytesMut::new();
-        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
-        c.stream.write_all(&b).await.expect("startup");
-        loop {
-            let f = c.recv(EXPECT).await.expect("login reply");
-            assert_ne!(f.tag, b'E', "login failed: {}", normalise(&f));
-            if f.tag == backend::READY_FOR_QUERY_TAG {
-                return c;
-            }
-        }
+        let raw = Raw::connect(port, user, db).await;
+        let _ = raw.stream.set_nodelay(true);
+        Conn(raw)
     }
 
     async fn recv(&mut self, wait: Duration) -> Option<Frame> {
-        let read = async {
-            loop {
-                if let Some(f) = frame::cut(&mut self.buf, 1 << 30).expect("valid frame") {
-                    return Some(f);
-                }
-                match self.stream.read_buf(&mut self.buf).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
-            }
-        };
-        tokio::time::timeout(wait, read).await.ok().flatten()
+        tokio::time::timeout(wait, self.0.try_recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Runs one client's program. `expect_after_flush`: for a pooled run, how many messages
@@ -116,7 +89,7 @@ impl Conn {
                 Msg::Sync.encode(&mut bytes);
                 Msg::Query(String::new()).encode(&mut bytes);
             }
-            if self.stream.write_all(&bytes).await.is_err() {
+            if self.0.stream.write_all(&bytes).await.is_err() {
                 run.transcript.push("<write failed>".into());
                 return run;
             }

@@ -1,0 +1,37 @@
+//! What the outcome of an owed reply means for the prepared-statement bookkeeping: a Parse
+//! confirmed or dropped, a replay or an injected Close that the server skipped.
+
+use crate::prepared::{ClientStatements, ServerStatements};
+use crate::server::Owed;
+
+/// Applies what the outcome of one owed reply means for prepared-statement bookkeeping.
+/// `failed`: the server answered it with an error, or skipped it after an earlier error.
+pub(super) fn settle(
+    client: &mut ClientStatements,
+    server: &mut ServerStatements,
+    o: Owed,
+    failed: bool,
+) {
+    match o {
+        Owed::TrackedParse { name, id, .. } if !failed => client.confirm(&name, id),
+        Owed::TrackedParse {
+            name,
+            server_name,
+            id,
+        } => {
+            server.remove_if(&server_name, id);
+            // A statement this Parse replaced is still on the server under the same name.
+            if let Some(old) = client.reject(&name, id) {
+                if old.server_name == server_name {
+                    server.add(old.server_name.clone(), old.id);
+                }
+            }
+        }
+        Owed::Replay { server_name, id } if failed => server.remove_if(&server_name, id),
+        // A Close the server skipped: the copy is still there.
+        // Entries settle in order, so a Parse sent after this Close settles after it.
+        Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
+        Owed::ClientClose { name, kept, .. } if failed => client.restore(&name, kept),
+        _ => {}
+    }
+}
