@@ -128,6 +128,15 @@ fn apply(shared: &Shared, loaded: Result<Config, ConfigError>) -> Result<bool, C
         new.listen = old.listen.clone();
         new.admin.addr = old.admin.addr;
         new.admin.port = old.admin.port;
+        // The file was validated against the address it names; its security settings must
+        // hold for the one the process listens on (trust on a network listener, say).
+        new.validate().map_err(|e| {
+            ConfigError::Invalid(format!(
+                "{e} (checked against the running listen address {}, which changes only at \
+                 restart)",
+                old.listen.addr
+            ))
+        })?;
     }
     if new == *old {
         tracing::info!("config reload: nothing changed");

@@ -75,6 +75,11 @@ pub struct Shared {
     pub tls: Arc<TlsCell>,
     /// Client credentials from files and the auth_query cache.
     pub auth: Arc<AuthStore>,
+    /// Connections accepted and not yet logged in (`client.max_pending_logins`).
+    pub pending_logins: Arc<crate::net::admission::PendingLogins>,
+    /// The log line of a failed client login, rate-limited: a password-guessing flood cannot
+    /// flood the log too.
+    pub auth_failures: crate::events::LogLimit,
 }
 
 impl Shared {
@@ -109,6 +114,8 @@ impl Shared {
             reload: Notify::new(),
             tls,
             auth: Arc::new(AuthStore::default()),
+            pending_logins: Arc::default(),
+            auth_failures: crate::events::LogLimit::per_second(10),
         })
     }
 }

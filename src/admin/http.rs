@@ -77,7 +77,9 @@ fn authorized(s: &Shared, peer: SocketAddr, headers: &HeaderMap) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| given == token.expose())
+        .is_some_and(|given| {
+            crate::auth::constant_time_eq(given.as_bytes(), token.expose().as_bytes())
+        })
 }
 
 async fn reload(

@@ -6,6 +6,11 @@ pub mod query;
 pub mod scram;
 pub mod userlist;
 
+/// Equality of secrets in time independent of where they differ (only their lengths show).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -160,13 +165,32 @@ impl Users {
 }
 
 /// The users in force and the auth_query cache, shared by all clients.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AuthStore {
     users: RwLock<Arc<Users>>,
     pub cache: AuthQueryCache,
+    /// This process's secret for mock SCRAM exchanges: an unknown user's salt is derived from
+    /// it and the name, so it is the same every time, as a real user's is.
+    mock_secret: [u8; 32],
+}
+
+impl Default for AuthStore {
+    fn default() -> Self {
+        AuthStore {
+            users: RwLock::default(),
+            cache: AuthQueryCache::default(),
+            mock_secret: rand::Rng::gen(&mut rand::thread_rng()),
+        }
+    }
 }
 
 impl AuthStore {
+    /// The verifier an unknown `user` is challenged with: nobody can pass it, and its salt and
+    /// iteration count are the same at every attempt (PostgreSQL's mock authentication).
+    pub fn mock_verifier(&self, user: &str) -> Verifier {
+        Verifier::mock_for(user, &self.mock_secret)
+    }
+
     /// Puts freshly read users in force (and forgets looked-up ones).
     pub fn replace(&self, users: Users) {
         *self.users.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(users);

@@ -53,7 +53,7 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// Equality in time independent of where the inputs differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    super::constant_time_eq(a, b)
 }
 
 impl Verifier {
@@ -79,13 +79,17 @@ impl Verifier {
         Verifier::parse(&text).expect("postgres-protocol produces PostgreSQL's verifier format")
     }
 
-    /// A verifier nobody can pass, for unknown users: the exchange runs to its end so a client
-    /// cannot tell unknown users from wrong passwords (as PostgreSQL's mock authentication).
-    pub fn mock() -> Verifier {
+    /// A verifier nobody can pass, for an unknown user: the exchange runs to its end so a
+    /// client cannot tell unknown users from wrong passwords. As PostgreSQL's mock
+    /// authentication, the salt comes from the name and a per-process `secret`, so repeated
+    /// attempts see the same salt (a random one each time would give unknown names away), and
+    /// the iteration count is PostgreSQL's default.
+    pub fn mock_for(user: &str, secret: &[u8; 32]) -> Verifier {
+        let salt = hmac(secret, &[b"mock salt\0", user.as_bytes()]);
         let mut rng = rand::thread_rng();
         Verifier {
             iterations: 4096,
-            salt: rng.gen::<[u8; 16]>().to_vec(),
+            salt: salt[..16].to_vec(),
             stored_key: rng.gen(),
             server_key: rng.gen(),
         }

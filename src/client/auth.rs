@@ -16,7 +16,6 @@ use crate::config::{AuthMethod, Config};
 use crate::net::ClientStream;
 use crate::protocol::backend::{self, AuthRequest};
 use crate::protocol::{frame, frontend, scram, sqlstate, Frame};
-use crate::server::ServerTarget;
 use crate::shared::Shared;
 
 /// Largest password message accepted (SCRAM messages are about 100 bytes).
@@ -30,7 +29,6 @@ pub(super) async fn authenticate(
     buf: &mut BytesMut,
     shared: &Arc<Shared>,
     user: &str,
-    database: &str,
     out: &mut BytesMut,
 ) -> Result<(), ClientError> {
     let cfg = shared.config.load();
@@ -38,26 +36,33 @@ pub(super) async fn authenticate(
     if method == AuthMethod::Trust {
         return Ok(());
     }
-    let cred = credential(shared, &cfg, user, database).await?;
+    let cred = credential(shared, &cfg, user).await?;
+    let mock = || shared.auth.mock_verifier(user);
     let mut ex = Exchanger { stream, buf, out };
     let md5 = cred.as_ref().and_then(|c| c.md5_hash(user));
+    // The method follows the stored credential, never whether the user exists: in md5 mode an
+    // unknown user is challenged as a user stored with a SCRAM verifier (PostgreSQL's default
+    // password_encryption) is, with SCRAM.
     let passed = match (method, &cred) {
-        (AuthMethod::Md5, None) | (AuthMethod::Md5, Some(Credential::Md5(_))) => {
+        (AuthMethod::Md5, Some(Credential::Md5(_) | Credential::Plain { .. })) => {
             ex.md5(md5).await?
         }
-        (AuthMethod::Md5, Some(Credential::Plain { .. })) => ex.md5(md5).await?,
         (_, Some(Credential::Md5(_))) => {
             tracing::warn!(
                 user,
                 "user is stored with an md5 hash, which cannot answer SCRAM; \
                  store a SCRAM verifier or the password, or set auth.method md5"
             );
-            ex.scram(None).await?
+            ex.scram(mock()).await?;
+            false
         }
-        (_, c) => {
-            ex.scram(c.as_ref().and_then(Credential::verifier).cloned())
-                .await?
-        }
+        (_, c) => match c.as_ref().and_then(Credential::verifier) {
+            Some(v) => ex.scram(v.clone()).await?,
+            None => {
+                ex.scram(mock()).await?;
+                false
+            }
+        },
     };
     let result = if passed { "ok" } else { "failed" };
     shared
@@ -69,60 +74,78 @@ pub(super) async fn authenticate(
     if passed {
         return Ok(());
     }
-    tracing::info!(user, "client authentication failed");
+    let peer = ex.stream.peer_addr().ok();
+    if let Some(suppressed) = shared.auth_failures.admit() {
+        let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+        tracing::info!(
+            user,
+            %peer,
+            earlier_not_logged = suppressed,
+            "client authentication failed"
+        );
+    }
     Err(ClientError::Fatal {
         code: sqlstate::INVALID_PASSWORD,
         message: format!("password authentication failed for user \"{user}\""),
     })
 }
 
-/// The user's credential from the files, else (if configured) from auth_query.
+/// The user's credential from the files, else (if configured) from auth_query, looked up on
+/// the lookup pool: its size bounds the server connections lookups open, whatever names and
+/// databases clients make up, and its login limits, retry budget and breaker apply.
 async fn credential(
     shared: &Arc<Shared>,
     cfg: &Config,
     user: &str,
-    database: &str,
 ) -> Result<Option<Credential>, ClientError> {
     if let Some(c) = shared.auth.users().get(user) {
         return Ok(Some(c.clone()));
     }
     let a = &cfg.auth;
-    let Some(auth_user) = &a.auth_user else {
+    if a.auth_user.is_none() {
         return Ok(None);
-    };
-    let database = a.auth_database.as_deref().unwrap_or(database);
+    }
     let lookups = &shared.metrics.clients.auth_lookups;
-    if let Some(hit) = shared.auth.cache.get(database, user, a.auth_cache_ttl) {
+    if user.len() > auth::query::MAX_NAME {
+        // No role has a name this long: nothing to look up.
+        lookups.with_label_values(&["missing"]).inc();
+        return Ok(None);
+    }
+    let database = &a.auth_database;
+    let cache = &shared.auth.cache;
+    if let Some(hit) = cache.get(database, user, a.auth_cache_ttl, a.auth_negative_cache_ttl) {
         lookups.with_label_values(&["cached"]).inc();
         return Ok(hit);
     }
-    let target = ServerTarget {
-        host: cfg.server.host.clone(),
-        port: cfg.server.port,
-        user: auth_user.clone(),
-        database: database.to_owned(),
-        password: a.auth_password.clone(),
-        connect_timeout: cfg.server.connect_timeout,
-        tls: shared.tls.clone(),
+    let unavailable = || ClientError::Fatal {
+        code: sqlstate::CANNOT_CONNECT_NOW,
+        message: "droid-pool cannot look up the user right now (auth_query failed)".into(),
     };
-    match auth::query::lookup(&target, &a.auth_query, user).await {
+    let Some(pool) = shared.pools.lookup_pool(cfg) else {
+        return Ok(None);
+    };
+    let mut conn = match pool.checkout().await {
+        Ok(c) => c,
+        Err(e) => {
+            lookups.with_label_values(&["error"]).inc();
+            tracing::warn!(error = %e, "auth_query lookup: no lookup connection");
+            return Err(unavailable());
+        }
+    };
+    match auth::query::lookup(&mut conn, &a.auth_query, user).await {
         Ok(stored) => {
+            pool.checkin(conn);
             let result = if stored.is_some() { "found" } else { "missing" };
             lookups.with_label_values(&[result]).inc();
             let cred = stored.as_deref().map(Credential::from_stored);
-            shared
-                .auth
-                .cache
-                .put(database, user, cred.clone(), a.auth_cache_ttl);
+            cache.put(database, user, cred.clone(), a.auth_cache_size);
             Ok(cred)
         }
         Err(e) => {
+            pool.discard(conn);
             lookups.with_label_values(&["error"]).inc();
             tracing::warn!(error = %e, "auth_query lookup failed");
-            Err(ClientError::Fatal {
-                code: sqlstate::CANNOT_CONNECT_NOW,
-                message: "droid-pool cannot look up the user right now (auth_query failed)".into(),
-            })
+            Err(unavailable())
         }
     }
 }
@@ -165,9 +188,9 @@ impl Exchanger<'_> {
         Ok(stored.is_some_and(|s| auth::md5_matches(&s, salt, sent)))
     }
 
-    /// A SCRAM-SHA-256 exchange; `None` runs it against a verifier nobody can pass.
-    async fn scram(&mut self, verifier: Option<Verifier>) -> Result<bool, ClientError> {
-        let known = verifier.is_some();
+    /// A SCRAM-SHA-256 exchange against `verifier` (for an unknown user, a mock one nobody
+    /// can pass); whether the client's proof was right.
+    async fn scram(&mut self, verifier: Verifier) -> Result<bool, ClientError> {
         let mechanisms = vec![scram::MECHANISM];
         let f = self.request(AuthRequest::Sasl { mechanisms }).await?;
         let (mechanism, data) = frontend::parse_sasl_initial(f.body()).map_err(protocol)?;
@@ -177,17 +200,16 @@ impl Exchanger<'_> {
             ));
         }
         let data = data.ok_or_else(|| protocol("SCRAM initial response missing"))?;
-        let (ex, server_first) =
-            Exchange::start(verifier.unwrap_or_else(Verifier::mock), data).map_err(scram_error)?;
+        let (ex, server_first) = Exchange::start(verifier, data).map_err(scram_error)?;
         let data = server_first.as_bytes();
         let f = self.request(AuthRequest::SaslContinue { data }).await?;
         match ex.finish(f.body()) {
-            Ok(server_final) if known => {
+            Ok(server_final) => {
                 let data = server_final.as_bytes();
                 backend::auth_request(self.out, &AuthRequest::SaslFinal { data });
                 Ok(true)
             }
-            Ok(_) | Err(ScramError::WrongProof) => Ok(false),
+            Err(ScramError::WrongProof) => Ok(false),
             Err(e) => Err(scram_error(e)),
         }
     }

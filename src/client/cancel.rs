@@ -1,6 +1,7 @@
 //! Cancel keys: the pooler's own BackendKeyData per client, and forwarding a CancelRequest to
 //! the server that client holds at that moment, on a new connection with that server's key.
 
+use rand::Rng;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -53,13 +54,26 @@ pub struct Cancels {
 }
 
 impl Cancels {
-    pub fn register(&self, pid: i32, secret: i32, pool: Arc<str>) -> Arc<CancelSlot> {
+    /// Registers a logged-in client under a fresh random key: a process id no live client has
+    /// and a random secret, so a key can be neither guessed from the client's number nor
+    /// reused. Returns the key and the client's slot.
+    pub fn register(&self, pool: Arc<str>) -> ((i32, i32), Arc<CancelSlot>) {
         let slot = Arc::new(CancelSlot {
             held: Mutex::new(None),
             pool,
         });
-        self.lock().insert(pid, (secret, slot.clone()));
-        slot
+        let mut rng = rand::thread_rng();
+        let secret: i32 = rng.gen();
+        let mut map = self.lock();
+        let pid = loop {
+            // Positive, as PostgreSQL's process ids are.
+            let pid = rng.gen_range(1..=i32::MAX);
+            if !map.contains_key(&pid) {
+                break pid;
+            }
+        };
+        map.insert(pid, (secret, slot.clone()));
+        ((pid, secret), slot)
     }
 
     pub fn unregister(&self, pid: i32) {

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
+use crate::net::admission::Pending;
 use crate::net::ClientStream;
 
 use crate::protocol::backend;
@@ -36,12 +37,13 @@ use crate::shared::Shared;
 
 /// Serves one accepted connection to its end. Never panics the process: every error is
 /// answered (if the client can still hear it) and the connection closed.
-pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+pub async fn serve(stream: TcpStream, shared: Arc<Shared>, pending: Pending) {
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
+    set_liveness_options(&stream, &shared.config.load().client);
     let mut stream = ClientStream::Plain(stream);
     let mut id = None;
-    let res = run(&mut stream, &shared, &mut id).await;
+    let res = run(&mut stream, &shared, &mut id, pending).await;
     let l = &shared.lifecycle;
     let outcome = match &res {
         Err(ClientError::Shutdown { forced: true }) => &l.aborted,
@@ -76,6 +78,26 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     shared.counters.clients_open.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// Keepalive and TCP_USER_TIMEOUT as `client.tcp_*` say: a client whose network path died
+/// (a node gone, a black-holed route) is noticed while its transaction holds a server.
+fn set_liveness_options(stream: &TcpStream, c: &crate::config::ClientConfig) {
+    if !c.tcp_keepalive {
+        return;
+    }
+    let sock = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(c.tcp_keepidle)
+        .with_interval(c.tcp_keepintvl)
+        .with_retries(c.tcp_keepcnt);
+    let user_timeout = (!c.tcp_user_timeout.is_zero()).then_some(c.tcp_user_timeout);
+    if let Err(e) = sock
+        .set_tcp_keepalive(&keepalive)
+        .and_then(|_| sock.set_tcp_user_timeout(user_timeout))
+    {
+        tracing::debug!(error = %e, "cannot set keepalive options on a client socket");
+    }
+}
+
 /// Tells the client why its connection ends, if it can still hear it.
 async fn report(stream: &mut ClientStream, e: &ClientError) {
     if let Some(fields) = e.to_fields() {
@@ -89,9 +111,26 @@ async fn run(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
+    pending: Pending,
 ) -> Result<(), ClientError> {
-    // Boxed so the login's futures do not stay in every idle client's task.
-    let login = match Box::pin(startup::login(stream, shared, id)).await? {
+    // Boxed so the login's futures do not stay in every idle client's task; the pending
+    // login's slot is given back when it ends.
+    let login = Box::pin({
+        let stream = &mut *stream;
+        async move {
+            tokio::select! {
+                r = startup::login(stream, shared, id) => r,
+                _ = pending.evicted() => Err(ClientError::Fatal {
+                    code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
+                    message: "too many connections are still logging in \
+                              (client.max_pending_logins)"
+                        .into(),
+                }),
+            }
+        }
+    })
+    .await?;
+    let login = match login {
         startup::Outcome::Session(login) => login,
         startup::Outcome::Done => return Ok(()),
         startup::Outcome::Console(buf, out) => {
@@ -124,7 +163,11 @@ mod size_tests {
                 .await
                 .expect("connect");
             let shared = crate::shared::Shared::new(Default::default(), Default::default());
-            let f = super::serve(c, shared);
+            let (pending, _) = shared
+                .pending_logins
+                .admit([127, 0, 0, 1].into(), 1, 1)
+                .expect("the first login is admitted");
+            let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);
             assert!(size <= 1536, "client task future grew to {size} bytes");
         });

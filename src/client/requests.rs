@@ -70,7 +70,7 @@ impl Session<'_> {
                     tag
                 )));
             }
-            if self.must_wait(tag) {
+            if self.must_wait() {
                 break;
             }
             if self.refused_bytes > 0 {
@@ -144,15 +144,14 @@ impl Session<'_> {
     }
 
     /// Whether the next message must stay buffered until the held server has answered more:
-    /// statement mode runs one statement at a time (COPY data of the running one aside), and
-    /// a server owes at most [`MAX_OWED`] replies (then it is asked to flush what it holds).
-    fn must_wait(&mut self, tag: u8) -> bool {
+    /// statement mode runs one statement at a time (while a COPY FROM STDIN runs, what the
+    /// client sends belongs to it, or ends it with an error, as the server decides), and a
+    /// server owes at most [`MAX_OWED`] replies (then it is asked to flush what it holds).
+    fn must_wait(&mut self) -> bool {
         let Some(srv) = self.server.as_ref() else {
             return false;
         };
-        if self.mode == PoolMode::Statement
-            && srv.replies.owes_ready()
-            && !(srv.replies.in_copy_in() && is_copy_traffic(tag))
+        if self.mode == PoolMode::Statement && srv.replies.owes_ready() && !srv.replies.in_copy_in()
         {
             return true;
         }
@@ -309,13 +308,4 @@ impl Session<'_> {
             self.retry.disable();
         }
     }
-}
-
-/// What belongs to a running COPY FROM STDIN: its data and end, and the Sync and Flush the
-/// server ignores until then.
-fn is_copy_traffic(tag: u8) -> bool {
-    matches!(
-        tag,
-        f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG | f::SYNC_TAG | f::FLUSH_TAG
-    )
 }

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use rand::Rng;
 
 use crate::config::ClientTlsMode;
 use crate::net::ClientStream;
@@ -136,7 +135,7 @@ async fn login_inner(
             .unwrap_or(user)
             .to_owned(),
     };
-    super::auth::authenticate(stream, &mut buf, shared, user, &key.database, &mut out).await?;
+    super::auth::authenticate(stream, &mut buf, shared, user, &mut out).await?;
     if super::console::is_console_database(&key.database) {
         let allowed = shared
             .config
@@ -184,12 +183,13 @@ async fn login_inner(
     for (k, v) in server_params.iter() {
         backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
     }
-    let pid = i32::try_from(client_id % i32::MAX as u64).unwrap_or(1);
-    let secret: i32 = rand::thread_rng().gen();
+    let ((pid, secret), cancel) = shared.cancels.register(pool.shared_name());
     backend::backend_key_data(&mut out, pid, secret);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
-    stream.send(&out).await?;
-    let cancel = shared.cancels.register(pid, secret, pool.shared_name());
+    if let Err(e) = stream.send(&out).await {
+        shared.cancels.unregister(pid);
+        return Err(e.into());
+    }
     Ok(Outcome::Session(Login {
         id: client_id,
         pid,

@@ -32,9 +32,17 @@ impl AuthMethod {
     }
 }
 
-/// PgBouncer's default: works on any PostgreSQL with a superuser or `pg_read_all_settings`
-/// style grant on `pg_shadow`; `$1` is the user name, bound as a parameter.
-pub const DEFAULT_AUTH_QUERY: &str = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1";
+/// The default lookup, as PgBouncer's since CVE-2025-2291: a password past its `VALID UNTIL`
+/// is not returned (the login fails as on PostgreSQL), and every name is schema-qualified (the
+/// lookup connection's `search_path` is pinned to `pg_catalog` too). Needs a superuser or a
+/// grant on `pg_shadow`; `$1` is the user name, bound as a parameter.
+pub const DEFAULT_AUTH_QUERY: &str = "SELECT usename, CASE WHEN valuntil IS NULL OR valuntil > \
+                                      pg_catalog.now() THEN passwd END FROM pg_catalog.pg_shadow \
+                                      WHERE usename OPERATOR(pg_catalog.=) $1";
+
+/// The database auth_query lookups connect to unless `auth.auth_database` says otherwise:
+/// fixed, so a client cannot pick which database the pooler logs in to on its behalf.
+pub const DEFAULT_AUTH_DATABASE: &str = "postgres";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -58,14 +66,23 @@ pub struct AuthConfig {
     /// `auth_user`'s password (or `auth_password_file`); never printed.
     pub auth_password: Option<Secret>,
     pub auth_password_file: Option<PathBuf>,
-    /// Database the lookup connects to; defaults to the client's database.
-    pub auth_database: Option<String>,
+    /// Database the lookups connect to (never the client's choice).
+    pub auth_database: String,
+    /// Server connections of the lookup pool: every lookup goes through it, with its login
+    /// limits, retry budget and circuit breaker, so made-up names cannot open connections.
+    pub auth_pool_size: usize,
+    /// Looked-up users kept (least recently used ones go first); found and missing ones are
+    /// kept apart, so made-up names cannot push real users out.
+    pub auth_cache_size: usize,
     /// Returns (name, verifier) for the user bound as `$1`; sent with Parse/Bind, never
     /// spliced into the text.
     pub auth_query: String,
-    /// How long a looked-up verifier (or its absence) is reused.
+    /// How long a looked-up verifier is reused.
     #[serde(with = "humantime_serde")]
     pub auth_cache_ttl: Duration,
+    /// How long "no such user" is reused (shorter: a user created just now can log in soon).
+    #[serde(with = "humantime_serde")]
+    pub auth_negative_cache_ttl: Duration,
 }
 
 impl Default for AuthConfig {
@@ -79,9 +96,12 @@ impl Default for AuthConfig {
             auth_user: None,
             auth_password: None,
             auth_password_file: None,
-            auth_database: None,
+            auth_database: DEFAULT_AUTH_DATABASE.into(),
+            auth_pool_size: 2,
+            auth_cache_size: 10_000,
             auth_query: DEFAULT_AUTH_QUERY.into(),
             auth_cache_ttl: Duration::from_secs(30),
+            auth_negative_cache_ttl: Duration::from_secs(5),
         }
     }
 }
@@ -137,6 +157,12 @@ impl AuthConfig {
         }
         if self.auth_user.is_some() && !self.auth_query.contains("$1") {
             return Err("auth.auth_query must take the user name as the parameter $1".into());
+        }
+        if self.auth_pool_size == 0 || self.auth_cache_size == 0 {
+            return Err("auth.auth_pool_size and auth.auth_cache_size must be at least 1".into());
+        }
+        if self.auth_database.is_empty() {
+            return Err("auth.auth_database must name a database".into());
         }
         Ok(())
     }

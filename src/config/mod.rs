@@ -6,7 +6,7 @@ mod cli;
 mod secret;
 mod tls;
 
-pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_QUERY};
+pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_DATABASE, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
 pub use secret::Secret;
 pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
@@ -147,6 +147,9 @@ pub struct ServerConfig {
     pub password_file: Option<PathBuf>,
     /// Database to connect to; defaults to the client's database.
     pub database: Option<String>,
+    /// Send the password when a server asks for it in cleartext over a connection without
+    /// TLS (off: such a login is refused, 28000, and the password never crosses in the clear).
+    pub allow_cleartext_password: bool,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Close servers idle longer than this (0 = never).
@@ -193,6 +196,12 @@ pub struct PoolConfig {
 pub struct ClientConfig {
     /// Client connections accepted at once; beyond it: 53300 and close.
     pub max_connections: usize,
+    /// Connections accepted and not yet authenticated, in all. Beyond it the oldest pending
+    /// login is closed with 53300, so sockets that never log in cannot lock real clients out.
+    pub max_pending_logins: usize,
+    /// Connections not yet authenticated from one address; beyond it a new one from there
+    /// gets 53300 and is closed at once.
+    pub max_pending_logins_per_ip: usize,
     /// A client that has not finished startup by then is dropped.
     #[serde(with = "humantime_serde")]
     pub login_timeout: Duration,
@@ -203,6 +212,19 @@ pub struct ClientConfig {
     /// tracked Parse). A larger one gets 08P01 and a close. Messages passed on unchanged (rows,
     /// COPY data, queries, binds) stream through in pieces whatever their size.
     pub max_message_size: usize,
+    /// TCP keepalive on client sockets (PgBouncer's `tcp_keepalive`), so a client whose
+    /// network path died is noticed while it holds a server: probes after `tcp_keepidle` of
+    /// silence, every `tcp_keepintvl`, `tcp_keepcnt` of them unanswered close it.
+    pub tcp_keepalive: bool,
+    #[serde(with = "humantime_serde")]
+    pub tcp_keepidle: Duration,
+    #[serde(with = "humantime_serde")]
+    pub tcp_keepintvl: Duration,
+    pub tcp_keepcnt: u32,
+    /// TCP_USER_TIMEOUT on client sockets: data (or keepalive probes) unacknowledged this
+    /// long closes the connection (0 = the kernel's default).
+    #[serde(with = "humantime_serde")]
+    pub tcp_user_timeout: Duration,
     /// How much a session reads from either side at a time, in bytes. A message larger than
     /// this is forwarded in pieces as it arrives unless it must be held whole; while the
     /// receiving side does not read, the sending side is not read either. A busy session
@@ -267,6 +289,7 @@ impl Default for ServerConfig {
             password: None,
             password_file: None,
             database: None,
+            allow_cleartext_password: false,
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(600),
             lifetime: Duration::from_secs(3600),
@@ -297,10 +320,17 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             max_connections: 10_000,
+            max_pending_logins: 512,
+            max_pending_logins_per_ip: 256,
             login_timeout: Duration::from_secs(15),
             idle_timeout: Duration::ZERO,
             max_message_size: 64 << 20,
             buffer_size: 16 << 10,
+            tcp_keepalive: true,
+            tcp_keepidle: Duration::from_secs(30),
+            tcp_keepintvl: Duration::from_secs(10),
+            tcp_keepcnt: 3,
+            tcp_user_timeout: Duration::from_secs(60),
             max_startup_packet: 10_000,
             max_startup_params: 64,
             warm_sessions: 1024,
@@ -404,6 +434,17 @@ impl Config {
         if !(1024..=16 << 20).contains(&c.buffer_size) {
             return bad("client.buffer_size must be between 1024 and 16777216".into());
         }
+        if c.tcp_keepalive
+            && (c.tcp_keepidle.as_secs() == 0
+                || c.tcp_keepintvl.as_secs() == 0
+                || c.tcp_keepcnt == 0)
+        {
+            return bad(
+                "client.tcp_keepidle and client.tcp_keepintvl must be at least 1s and \
+                 client.tcp_keepcnt at least 1"
+                    .into(),
+            );
+        }
         if p.max_client_prepared_statements == 0 {
             return bad("pool.max_client_prepared_statements must be at least 1".into());
         }
@@ -428,6 +469,12 @@ impl Config {
         }
         if c.max_connections == 0 {
             return bad("client.max_connections must be at least 1".into());
+        }
+        if c.max_pending_logins == 0 || c.max_pending_logins_per_ip == 0 {
+            return bad(
+                "client.max_pending_logins and client.max_pending_logins_per_ip must be at least 1"
+                    .into(),
+            );
         }
         self.auth
             .validate(self.listen.addr)

@@ -1,5 +1,6 @@
 //! Sockets below the protocol: plain-or-TLS streams and the TLS configurations.
 
+pub mod admission;
 pub mod stream;
 pub mod tls;
 

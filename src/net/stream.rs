@@ -47,6 +47,14 @@ impl<T> MaybeTls<T> {
 }
 
 impl ClientStream {
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match self {
+            MaybeTls::Plain(s) => s.peer_addr(),
+            MaybeTls::Tls(s) => s.get_ref().0.peer_addr(),
+            MaybeTls::Gone => Err(gone()),
+        }
+    }
+
     /// Writes what a plain socket takes at once, without waiting; 0 for TLS (whose bytes go
     /// through rustls), when the socket is full, or on an error (the next write reports it).
     pub fn try_write_plain(&self, buf: &[u8]) -> usize {
@@ -77,6 +85,14 @@ impl ClientStream {
 }
 
 impl ServerStream {
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match self {
+            MaybeTls::Plain(s) => s.peer_addr(),
+            MaybeTls::Tls(s) => s.get_ref().0.peer_addr(),
+            MaybeTls::Gone => Err(gone()),
+        }
+    }
+
     /// For an idle server: true if it has sent nothing (a byte or EOF means it cannot be used).
     /// Reads at most one byte straight from the socket, only if it is readable; for TLS any
     /// record at all (an alert, a FATAL) makes the connection unusable just the same.
@@ -90,14 +106,6 @@ impl ServerStream {
         match tcp.try_read(&mut probe) {
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
             Ok(_) => false,
-        }
-    }
-
-    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
-        match self {
-            MaybeTls::Plain(s) => s.peer_addr(),
-            MaybeTls::Tls(s) => s.get_ref().0.peer_addr(),
-            MaybeTls::Gone => Err(gone()),
         }
     }
 }

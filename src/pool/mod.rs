@@ -569,6 +569,7 @@ mod tests {
             password: None,
             connect_timeout: Duration::from_secs(3600),
             tls: Default::default(),
+            allow_cleartext: false,
         };
         let key = PoolKey {
             database: "d".into(),

@@ -31,6 +31,9 @@ pub struct Pools {
     backend: Arc<Backend>,
     tls: Arc<crate::net::TlsCell>,
     map: Mutex<HashMap<PoolKey, Pool>>,
+    /// The auth_query lookup pool (auth database, auth user): kept apart from the clients'
+    /// pools, sized by `auth.auth_pool_size`.
+    lookups: Mutex<HashMap<PoolKey, Pool>>,
 }
 
 impl Pools {
@@ -51,6 +54,7 @@ impl Pools {
             metrics,
             shutdown,
             map: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
         }
     }
 
@@ -85,6 +89,7 @@ impl Pools {
             password: cfg.server.password.clone(),
             connect_timeout: cfg.server.connect_timeout,
             tls: self.tls.clone(),
+            allow_cleartext: cfg.server.allow_cleartext_password,
         };
         let pool = Pool::new(
             key,
@@ -103,16 +108,66 @@ impl Pools {
         pool
     }
 
-    /// Applies reloaded pool settings to every pool.
+    /// Applies reloaded pool settings to every pool; a lookup pool for an auth user or
+    /// database no longer configured is retired.
     pub fn apply(&self, cfg: &Config) {
         for pool in self.all() {
             pool.update(PoolSettings::from_config(cfg));
         }
+        let current = lookup_key(cfg);
+        let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        lookups.retain(|key, pool| {
+            let keep = current.as_ref() == Some(key);
+            if keep {
+                pool.update(lookup_settings(cfg));
+            } else {
+                pool.retire();
+            }
+            keep
+        });
+    }
+
+    /// The pool auth_query lookups run on, made on first use; `None` without an auth user.
+    pub fn lookup_pool(&self, cfg: &Config) -> Option<Pool> {
+        let key = lookup_key(cfg)?;
+        let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = lookups.get(&key) {
+            return Some(p.clone());
+        }
+        let target = ServerTarget {
+            host: cfg.server.host.clone(),
+            port: cfg.server.port,
+            user: key.user.clone(),
+            database: key.database.clone(),
+            password: cfg.auth.auth_password.clone(),
+            connect_timeout: cfg.server.connect_timeout,
+            tls: self.tls.clone(),
+            allow_cleartext: cfg.server.allow_cleartext_password,
+        };
+        let pool = Pool::new(
+            &key,
+            "lookup",
+            target,
+            lookup_settings(cfg),
+            PoolDeps {
+                events: self.events,
+                counters: self.counters.clone(),
+                metrics: self.metrics.clone(),
+                shutdown: self.shutdown.child_token(),
+                backend: self.backend.clone(),
+            },
+        );
+        lookups.insert(key, pool.clone());
+        Some(pool)
     }
 
     /// Closes every idle server politely (Terminate), waiting for the goodbyes to be sent.
     pub async fn close_all(&self) {
-        for pool in self.all() {
+        let lookups: Vec<Pool> = {
+            let l = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+            l.values().cloned().collect()
+        };
+        for pool in self.all().into_iter().chain(lookups) {
             pool.close_idle_now().await;
         }
     }
@@ -131,5 +186,22 @@ impl Pools {
 impl SnapshotSource for Pools {
     fn snapshots(&self) -> Vec<PoolSnapshot> {
         self.all().iter().map(Pool::snapshot).collect()
+    }
+}
+
+/// The lookup pool's key: the auth database and auth user, if auth_query is on.
+fn lookup_key(cfg: &Config) -> Option<PoolKey> {
+    Some(PoolKey {
+        database: cfg.auth.auth_database.clone(),
+        user: cfg.auth.auth_user.clone()?,
+    })
+}
+
+/// A lookup pool's settings: `auth.auth_pool_size` servers, none kept open when idle.
+fn lookup_settings(cfg: &Config) -> PoolSettings {
+    PoolSettings {
+        size: cfg.auth.auth_pool_size,
+        min_size: 0,
+        ..PoolSettings::from_config(cfg)
     }
 }

@@ -32,6 +32,9 @@ pub struct ServerTarget {
     pub connect_timeout: Duration,
     /// TLS settings in force (read at each login, so rotated files apply to new logins).
     pub tls: std::sync::Arc<TlsCell>,
+    /// Send the password in cleartext when the server asks, even without TLS
+    /// (`server.allow_cleartext_password`).
+    pub allow_cleartext: bool,
 }
 
 /// Connects and logs in; the whole exchange is bounded by `connect_timeout`.
@@ -98,6 +101,10 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
 
 async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), ServerError> {
     let mut scram: Option<sasl::ScramSha256> = None;
+    // A SCRAM exchange, once started, must end with the server's signature checked: a server
+    // that answers AuthenticationOk without proving it knows the password is not trusted.
+    let mut sasl_started = false;
+    let mut sasl_verified = false;
     loop {
         let f = read_frame(conn).await?;
         match f.tag {
@@ -115,7 +122,13 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
         }
         let mut out = BytesMut::new();
         match backend::parse_auth(f.body())? {
+            AuthRequest::Ok if sasl_started && !sasl_verified => {
+                return Err(ServerError::NoServerSignature)
+            }
             AuthRequest::Ok => return Ok(()),
+            AuthRequest::Cleartext if !conn.stream.is_tls() && !t.allow_cleartext => {
+                return Err(ServerError::CleartextRefused)
+            }
             AuthRequest::Cleartext => frontend::password(&mut out, password(t)?.as_bytes()),
             AuthRequest::Md5 { salt } => {
                 let hash = md5_hash(t.user.as_bytes(), password(t)?.as_bytes(), salt);
@@ -131,6 +144,7 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
                 );
                 frontend::sasl_initial_response(&mut out, sasl::SCRAM_SHA_256, s.message());
                 scram = Some(s);
+                sasl_started = true;
             }
             AuthRequest::SaslContinue { data } => {
                 let s = scram
@@ -146,6 +160,7 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
                     .ok_or_else(|| protocol("SASLFinal before SASL"))?;
                 s.finish(data)
                     .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                sasl_verified = true;
                 continue;
             }
             AuthRequest::Other(n) => {

@@ -37,6 +37,16 @@ pub enum ServerError {
     Rejected(ErrorFields),
     #[error("server requested a password but none is configured")]
     NoPassword,
+    #[error(
+        "the server asked for the password in cleartext over an unencrypted connection; refused \
+         (use TLS to the server, or set server.allow_cleartext_password: true)"
+    )]
+    CleartextRefused,
+    #[error(
+        "the server accepted the SCRAM login without sending its signature, so it did not prove \
+         it knows the password; refused"
+    )]
+    NoServerSignature,
     #[error("server requested unsupported authentication: {0}")]
     UnsupportedAuth(String),
     #[error("protocol error from server: {0}")]
@@ -62,9 +72,10 @@ impl ServerError {
     pub fn sqlstate(&self) -> &str {
         match self {
             ServerError::Rejected(f) if !f.code.is_empty() => &f.code,
-            ServerError::NoPassword | ServerError::UnsupportedAuth(_) => {
-                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION
-            }
+            ServerError::NoPassword
+            | ServerError::CleartextRefused
+            | ServerError::NoServerSignature
+            | ServerError::UnsupportedAuth(_) => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
             ServerError::Connect { .. } | ServerError::Timeout | ServerError::Tls(_) => {
                 sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
             }
@@ -76,7 +87,11 @@ impl ServerError {
     pub fn is_config_error(&self) -> bool {
         matches!(
             self,
-            ServerError::NoPassword | ServerError::UnsupportedAuth(_) | ServerError::Tls(_)
+            ServerError::NoPassword
+                | ServerError::CleartextRefused
+                | ServerError::NoServerSignature
+                | ServerError::UnsupportedAuth(_)
+                | ServerError::Tls(_)
         ) || matches!(self, ServerError::Rejected(f)
                 if f.code.starts_with("28") || f.code == sqlstate::INVALID_CATALOG_NAME)
     }

@@ -376,8 +376,10 @@ async fn a_thousand_silent_connections() {
             None => open += 1,
             Some(frames) => {
                 let codes = error_codes(&frames);
+                // Closed at the login timeout, or refused at once by the pending-login caps
+                // (client.max_pending_logins_per_ip: 256 from one address).
                 assert!(
-                    codes.is_empty() || codes == ["08P01"],
+                    codes.is_empty() || codes == ["08P01"] || codes == ["53300"],
                     "a silent client got {codes:?}"
                 );
             }

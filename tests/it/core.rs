@@ -1274,12 +1274,43 @@ async fn cancel_pg_sleep() {
 // Server logins.
 // ---------------------------------------------------------------------------------------------
 
+/// A server that asks for the password in cleartext over a connection without TLS (pg_hba
+/// `password`) does not get it: the client gets 28000 naming the setting that would allow
+/// it, and the password is not retried.
+#[tokio::test]
+async fn cleartext_password_is_not_sent_without_tls() {
+    let pg = support::shared();
+    let pooler = Pooler::start_with_config(pg, "server:\n  password: clear_pass\n", &[]);
+    let err = match pooler.try_connect("clear_user", DB).await {
+        Ok(c) => match c.simple_query("select 1").await {
+            Ok(_) => panic!("the password went to the server in cleartext"),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    assert_eq!(code(&err), "28000", "{err}");
+    let text = err
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_default();
+    assert!(
+        text.contains("cleartext") && text.contains("server.allow_cleartext_password"),
+        "{err:?}"
+    );
+}
+
 #[tokio::test]
 async fn server_login_methods() {
     let pg = support::shared();
     for (user, password, method) in PASSWORD_USERS {
+        // A cleartext password without TLS only when allowed (see the test after this one).
+        let clear = if *method == "password" {
+            "  allow_cleartext_password: true\n"
+        } else {
+            ""
+        };
         // Inline password.
-        let yaml = format!("server:\n  password: \"{password}\"\npool:\n  size: 2\n");
+        let yaml = format!("server:\n  password: \"{password}\"\n{clear}pool:\n  size: 2\n");
         let pooler = Pooler::start_with_config(pg, &yaml, &[]);
         let client = pooler.connect(user, DB).await;
         assert_eq!(
@@ -1294,7 +1325,7 @@ async fn server_login_methods() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("pw");
         std::fs::write(&file, format!("{password}\nignored second line\n")).unwrap();
-        let yaml = format!("server:\n  password_file: {}\n", file.display());
+        let yaml = format!("server:\n  password_file: {}\n{clear}", file.display());
         let pooler = Pooler::start_with_config(pg, &yaml, &[]);
         let client = pooler.connect(user, DB).await;
         assert_eq!(
@@ -1310,7 +1341,11 @@ async fn server_login_methods() {
     }
 
     // A wrong password: the client gets 28P01, whatever the method.
-    let pooler = Pooler::start_with_config(pg, "server:\n  password: wrong\n", &[]);
+    let pooler = Pooler::start_with_config(
+        pg,
+        "server:\n  password: wrong\n  allow_cleartext_password: true\n",
+        &[],
+    );
     for (user, _, method) in PASSWORD_USERS {
         let err = match pooler.try_connect(user, DB).await {
             Ok(c) => match c.simple_query("select 1").await {

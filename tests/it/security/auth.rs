@@ -102,7 +102,8 @@ async fn passwords_dir_and_reload() {
     std::os::unix::fs::symlink(&gen1, secret.join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/clear_user", secret.join("clear_user")).unwrap();
     let yaml = format!(
-        "auth:\n  method: scram-sha-256\n  passwords_dir: {}\nserver:\n  password: clear_pass\n",
+        "auth:\n  method: scram-sha-256\n  passwords_dir: {}\nserver:\n  password: clear_pass\n  \
+         allow_cleartext_password: true\n",
         secret.display()
     );
     let pooler = Pooler::start_with_config(support::shared(), &yaml, &[]);

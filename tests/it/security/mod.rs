@@ -1,9 +1,16 @@
 //! Client authentication, TLS on both sides and hardening, through the real binary against
 //! the harness PostgreSQL (roles and passwords: see `support::pg`).
 
+mod admission;
 mod auth;
+mod auth_query;
 mod badinput;
+mod hygiene;
 mod leaks;
+mod liveness;
+mod probing;
+mod reload;
+mod server_login;
 mod server_tls;
 mod tls;
 

@@ -68,10 +68,20 @@ impl Pooler {
         Pooler::start_inner(pg, Some(yaml), extra_args)
     }
 
+    /// Like [`Pooler::start_with_config`], logging in to servers on `server_port` instead of
+    /// a harness PostgreSQL (a scripted peer, say).
+    pub fn start_for_server(server_port: u16, yaml: &str) -> Pooler {
+        Pooler::start_on(server_port, Some(yaml), &[])
+    }
+
     fn start_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
+        Pooler::start_on(pg.port, yaml, args)
+    }
+
+    fn start_on(server_port: u16, yaml: Option<&str>, args: &[&str]) -> Pooler {
         let mut attempt = 1;
         loop {
-            let pooler = Pooler::spawn_inner(pg, yaml, args);
+            let pooler = Pooler::spawn_on(server_port, yaml, args);
             if pooler.wait_for_prefix_quiet(LISTENING_PREFIX, START_TIMEOUT) {
                 return pooler;
             }
@@ -107,13 +117,17 @@ impl Pooler {
     }
 
     fn spawn_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
+        Pooler::spawn_on(pg.port, yaml, args)
+    }
+
+    fn spawn_on(server_port: u16, yaml: Option<&str>, args: &[&str]) -> Pooler {
         let port = free_port();
         let admin_port = free_port();
         let mut full: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
             "--server-port".into(),
-            pg.port.to_string(),
+            server_port.to_string(),
             "--admin-port".into(),
             admin_port.to_string(),
         ];

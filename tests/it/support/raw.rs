@@ -146,6 +146,21 @@ impl Raw {
         raw
     }
 
+    /// Connects and logs in (trust); returns the login's messages up to ReadyForQuery.
+    pub async fn connect_frames(port: u16, user: &str, db: &str) -> Vec<Frame> {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to pooler");
+        let mut raw = Raw {
+            stream,
+            buf: BytesMut::new(),
+        };
+        let mut b = BytesMut::new();
+        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
+        raw.send(&b).await;
+        raw.until_ready().await
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write to pooler");
     }
