@@ -62,10 +62,10 @@ step_gameday() {
   bash chaos/gameday/run.sh --short --targets droid-pool --no-publish --skip-unsupported
 }
 
-# Each cargo-fuzz target for 15 seconds (cargo-fuzz installed when missing; a machine that
+# Each cargo-fuzz target for 10 seconds (cargo-fuzz installed when missing; a machine that
 # cannot fuzz fails the step).
 step_fuzz() {
-  bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-15}"
+  bash scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-10}"
 }
 
 # The benchmark harness end to end, a few seconds per run (bench/run.sh); it

@@ -37,13 +37,40 @@ use crate::shared::Shared;
 
 /// Serves one accepted connection to its end. Never panics the process: every error is
 /// answered (if the client can still hear it) and the connection closed.
-pub async fn serve(stream: TcpStream, shared: Arc<Shared>, pending: Pending) {
+///
+/// An idle client costs its task, so the task's future is kept small: the login runs boxed
+/// with the stream and the admission slot it owns (both given back, the slot freed, when it
+/// ends), and the task holds only that box and `shared` until then.
+pub fn serve(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    pending: Pending,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     set_liveness_options(&stream, &shared.config.load().client);
-    let mut stream = ClientStream::Plain(stream);
-    let mut id = None;
-    let res = run(&mut stream, &shared, &mut id, pending).await;
+    let login = Box::pin(login(ClientStream::Plain(stream), shared.clone(), pending));
+    async move {
+        let (mut stream, id, res) = login.await;
+        let res = match res {
+            Ok(startup::Outcome::Session(login)) => session(&mut stream, &shared, login).await,
+            Ok(startup::Outcome::Console(buf, out)) => {
+                Box::pin(console::serve(&mut stream, &shared, buf, out)).await
+            }
+            Ok(startup::Outcome::Done) => Ok(()),
+            Err(e) => Err(e),
+        };
+        Box::pin(ended(&mut stream, &shared, id, res)).await;
+    }
+}
+
+/// Counts how the connection ended and tells the client why, if it can still hear it.
+async fn ended(
+    stream: &mut ClientStream,
+    shared: &Shared,
+    id: Option<u64>,
+    res: Result<(), ClientError>,
+) {
     let l = &shared.lifecycle;
     let outcome = match &res {
         Err(ClientError::Shutdown { forced: true }) => &l.aborted,
@@ -69,7 +96,7 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, pending: Pending) {
             .inc();
     }
     if let Err(e) = res {
-        Box::pin(report(&mut stream, &e)).await;
+        Box::pin(report(stream, &e)).await;
         tracing::debug!(client = ?id, error = %e, "client session ended with an error");
     }
     if let Some(id) = id {
@@ -107,42 +134,43 @@ async fn report(stream: &mut ClientStream, e: &ClientError) {
     }
 }
 
-async fn run(
-    stream: &mut ClientStream,
-    shared: &Arc<Shared>,
-    id: &mut Option<u64>,
+/// Startup and authentication, ended early (53300) if a newer connection needs the pending
+/// login's slot. Returns the stream and the client's number (once it has one) either way.
+async fn login(
+    mut stream: ClientStream,
+    shared: Arc<Shared>,
     pending: Pending,
-) -> Result<(), ClientError> {
-    // Boxed so the login's futures do not stay in every idle client's task; the pending
-    // login's slot is given back when it ends.
-    let login = Box::pin({
-        let stream = &mut *stream;
-        async move {
-            tokio::select! {
-                r = startup::login(stream, shared, id) => r,
-                _ = pending.evicted() => Err(ClientError::Fatal {
-                    code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
-                    message: "too many connections are still logging in \
-                              (client.max_pending_logins)"
-                        .into(),
-                }),
-            }
-        }
-    })
-    .await?;
-    let login = match login {
-        startup::Outcome::Session(login) => login,
-        startup::Outcome::Done => return Ok(()),
-        startup::Outcome::Console(buf, out) => {
-            return console::serve(stream, shared, buf, out).await
-        }
+) -> (
+    ClientStream,
+    Option<u64>,
+    Result<startup::Outcome, ClientError>,
+) {
+    let mut id = None;
+    let res = tokio::select! {
+        r = startup::login(&mut stream, &shared, &mut id) => r,
+        _ = pending.evicted() => Err(ClientError::Fatal {
+            code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
+            message: "too many connections are still logging in \
+                      (client.max_pending_logins)"
+                .into(),
+        }),
     };
+    (stream, id, res)
+}
+
+/// The session, built before the future is, so the login it is made from takes no room in it.
+fn session<'a>(
+    stream: &'a mut ClientStream,
+    shared: &Arc<Shared>,
+    login: startup::Login,
+) -> impl std::future::Future<Output = Result<(), ClientError>> + 'a {
     let pid = login.pid;
-    let res = session::Session::new(stream, shared.clone(), login)
-        .run()
-        .await;
-    shared.cancels.unregister(pid);
-    res
+    let mut session = session::Session::new(stream, shared.clone(), login);
+    async move {
+        let res = session.run().await;
+        session.shared.cancels.unregister(pid);
+        res
+    }
 }
 
 #[cfg(test)]
@@ -169,6 +197,7 @@ mod size_tests {
                 .expect("the first login is admitted");
             let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);
+            eprintln!("client task future: {size} bytes");
             assert!(size <= 1536, "client task future grew to {size} bytes");
         });
     }

@@ -133,12 +133,12 @@ impl Session<'_> {
             // without a pooler, when the name may not be taken by the time this Parse runs
             // (its Parse still in flight in an earlier batch may fail) or PostgreSQL would
             // refuse the Parse first (the transaction block has failed, or an earlier batch
-            // of the block may still fail it: 25P02). Otherwise the name is taken, and the
-            // pooler says so.
+            // still in flight may open a block and fail it: 25P02). Otherwise the name is
+            // taken, and the pooler says so.
             let status = self.status;
             let undecided = self.server.as_ref().is_some_and(|s| {
                 status == backend::TX_FAILED
-                    || (status == backend::TX_IN_BLOCK && s.replies.owes_ready())
+                    || s.replies.owes_ready()
                     || (!existing.is_confirmed()
                         && s.replies.parse_pending_before_sync(existing.id))
             });

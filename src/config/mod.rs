@@ -320,8 +320,8 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             max_connections: 10_000,
-            max_pending_logins: 512,
-            max_pending_logins_per_ip: 256,
+            max_pending_logins: 1024,
+            max_pending_logins_per_ip: 512,
             login_timeout: Duration::from_secs(15),
             idle_timeout: Duration::ZERO,
             max_message_size: 64 << 20,

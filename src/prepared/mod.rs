@@ -34,7 +34,14 @@ pub struct ClientStatements {
     next_id: u64,
     /// Statements replaced by a Parse whose outcome is not known yet: restored if it fails.
     replaced: Vec<(u64, Arc<Kept>)>,
+    /// Statements whose Parse failed after the client had closed them (the Close still owed),
+    /// with the statement each had replaced: a skipped Close brings back that one, not them.
+    rejected: Vec<(u64, Option<Arc<Kept>>)>,
 }
+
+/// At most this many rejected statements are remembered (a batch owes at most about as
+/// many replies); the oldest is forgotten first.
+const MAX_REJECTED: usize = 1024;
 
 impl ClientStatements {
     pub fn get(&self, name: &[u8]) -> Option<&Arc<Kept>> {
@@ -89,6 +96,13 @@ impl ClientStatements {
                     self.map.remove(name);
                 }
             }
+        } else {
+            // Closed (or replaced) before its Parse failed: a Close of it still owed must not
+            // bring back a statement the server never made.
+            if self.rejected.len() >= MAX_REJECTED {
+                self.rejected.remove(0);
+            }
+            self.rejected.push((id, old.clone()));
         }
         old
     }
@@ -99,6 +113,14 @@ impl ClientStatements {
 
     /// Puts back a statement whose Close the server skipped, unless the name was reused.
     pub fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
+        let kept = match self.rejected.iter().position(|(id, _)| *id == kept.id) {
+            // Its Parse failed: what the name held before it is what the server still has.
+            Some(i) => match self.rejected.swap_remove(i).1 {
+                Some(old) => old,
+                None => return,
+            },
+            None => kept,
+        };
         self.map.entry(Bytes::copy_from_slice(name)).or_insert(kept);
     }
 
@@ -106,6 +128,7 @@ impl ClientStatements {
     pub fn drop_older_than(&mut self, before: u64) {
         self.map.retain(|_, k| k.id >= before);
         self.replaced.retain(|(by, _)| *by >= before);
+        self.rejected.retain(|(id, _)| *id >= before);
     }
 
     pub fn len(&self) -> usize {
@@ -236,6 +259,37 @@ impl ServerStatements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn named(s: &mut ClientStatements, name: &str) -> Arc<Kept> {
+        s.insert(Bytes::copy_from_slice(name.as_bytes()), |id| {
+            (format!("p1_{name}_{id}").into(), Bytes::new())
+        })
+    }
+
+    #[test]
+    fn a_skipped_close_does_not_bring_back_a_failed_parse() {
+        let mut s = ClientStatements::default();
+        // Parse a, Close a, both owed; the Parse fails and the Close is skipped.
+        let a = named(&mut s, "a");
+        let closed = s.remove(b"a").expect("kept");
+        assert!(s.reject(b"a", a.id).is_none());
+        s.restore(b"a", closed);
+        assert!(s.get(b"a").is_none(), "the server never made it");
+        // Replacing a statement the server has: the skipped Close leaves the old one.
+        let old = named(&mut s, "b");
+        s.confirm(b"b", old.id);
+        let new = named(&mut s, "b");
+        let closed = s.remove(b"b").expect("kept");
+        assert_eq!(s.reject(b"b", new.id).map(|k| k.id), Some(old.id));
+        s.restore(b"b", closed);
+        assert_eq!(s.get(b"b").map(|k| k.id), Some(old.id));
+        // A Close of a statement that was made is skipped: it comes back.
+        let c = named(&mut s, "c");
+        s.confirm(b"c", c.id);
+        let closed = s.remove(b"c").expect("kept");
+        s.restore(b"c", closed);
+        assert_eq!(s.get(b"c").map(|k| k.id), Some(c.id));
+    }
 
     #[test]
     fn presence_and_lru() {

@@ -377,7 +377,7 @@ async fn a_thousand_silent_connections() {
             Some(frames) => {
                 let codes = error_codes(&frames);
                 // Closed at the login timeout, or refused at once by the pending-login caps
-                // (client.max_pending_logins_per_ip: 256 from one address).
+                // (client.max_pending_logins_per_ip: 512 from one address).
                 assert!(
                     codes.is_empty() || codes == ["08P01"] || codes == ["53300"],
                     "a silent client got {codes:?}"
