@@ -4,12 +4,17 @@
 #
 #   bench/callgrind.sh [BINARY]      default: target/release/droid-pool (plain release build)
 #   CALLGRIND_KEEP=DIR bench/callgrind.sh   also keeps the profiles (callgrind_annotate them)
+#   CALLGRIND_PROTOCOL=prepared bench/callgrind.sh   `-M prepared` through `--track-prepared`
+#                                    (default simple; extended also runs untracked)
 #
 # For 1 and 50 clients it runs `pgbench -S -M simple` twice through the pooler under
 # callgrind, with N and 2N transactions per client, and prints the difference divided by the
 # extra transactions: the marginal cost of one transaction, logins and start-up excluded.
 # Event lines are off, as in bench/run.sh.
 set -euo pipefail
+PROTOCOL=${CALLGRIND_PROTOCOL:-simple}
+TRACK=()
+[[ $PROTOCOL == prepared ]] && TRACK=(--track-prepared)
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN=${1:-target/release/droid-pool}
@@ -59,14 +64,14 @@ count() {
   out=$PG_TMP/cg.$clients.$txs
   valgrind --tool=callgrind --callgrind-out-file="$out" \
     "$BIN" --port "$port" --admin-port "$admin" --server-port "$PG_PORT" --pool-size 20 \
-    --mode transaction --config "$PG_TMP/pool.yaml" >"$PG_TMP/pooler.log" 2>&1 &
+    --mode transaction "${TRACK[@]}" --config "$PG_TMP/pool.yaml" >"$PG_TMP/pooler.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
     grep -q "listening on" "$PG_TMP/pooler.log" 2>/dev/null && break
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1
   done
-  "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -S -M simple -n \
+  "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -S -M "$PROTOCOL" -n \
     -c "$clients" -j 1 -t "$txs" postgres >/dev/null 2>&1
   kill -INT "$pid"
   wait "$pid" || true
@@ -79,5 +84,5 @@ for spec in "1 2000" "50 100"; do
   a=$(count "$clients" "$n")
   b=$(count "$clients" $((2 * n)))
   per=$(((b - a) / (clients * n)))
-  echo "callgrind: $clients client(s): $per instructions per transaction ($a for $n, $b for $((2 * n)) per client)"
+  echo "callgrind: -M $PROTOCOL, $clients client(s): $per instructions per transaction ($a for $n, $b for $((2 * n)) per client)"
 done
