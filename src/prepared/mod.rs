@@ -33,7 +33,8 @@ pub struct ClientStatements {
     map: HashMap<Bytes, Arc<Kept>>,
     next_id: u64,
     /// Statements replaced by a Parse whose outcome is not known yet: restored if it fails.
-    replaced: Vec<(u64, Arc<Kept>)>,
+    /// `None`: what it replaced turned out never to have been made (its own Parse failed).
+    replaced: Vec<(u64, Option<Arc<Kept>>)>,
     /// Statements whose Parse failed after the client had closed them (the Close still owed),
     /// with the statement each had replaced: a skipped Close brings back that one, not them.
     rejected: Vec<(u64, Option<Arc<Kept>>)>,
@@ -66,7 +67,7 @@ impl ClientStatements {
             confirmed: AtomicBool::new(false),
         });
         if let Some(old) = self.map.insert(name, kept.clone()) {
-            self.replaced.push((id, old));
+            self.replaced.push((id, Some(old)));
         }
         kept
     }
@@ -86,7 +87,13 @@ impl ClientStatements {
             .replaced
             .iter()
             .position(|(by, _)| *by == id)
-            .map(|i| self.replaced.swap_remove(i).1);
+            .and_then(|i| self.replaced.swap_remove(i).1);
+        // Parses that replaced this one (still owed) replaced what it had replaced.
+        for (_, o) in self.replaced.iter_mut().chain(self.rejected.iter_mut()) {
+            if o.as_ref().is_some_and(|k| k.id == id) {
+                *o = old.clone();
+            }
+        }
         if self.map.get(name).is_some_and(|k| k.id == id) {
             match &old {
                 Some(o) => {
@@ -264,6 +271,28 @@ mod tests {
         s.insert(Bytes::copy_from_slice(name.as_bytes()), |id| {
             (format!("p1_{name}_{id}").into(), Bytes::new())
         })
+    }
+
+    #[test]
+    fn a_failed_parse_is_not_brought_back_by_its_failed_successor() {
+        // Parse b, Parse b again (same batch), both skipped after an earlier error.
+        let mut s = ClientStatements::default();
+        let first = named(&mut s, "b");
+        let second = named(&mut s, "b");
+        assert!(s.reject(b"b", first.id).is_none());
+        assert!(
+            s.reject(b"b", second.id).is_none(),
+            "the first was never made"
+        );
+        assert!(s.get(b"b").is_none());
+        // The same when the first replaced a statement the server has: that one stays.
+        let made = named(&mut s, "c");
+        s.confirm(b"c", made.id);
+        let first = named(&mut s, "c");
+        let second = named(&mut s, "c");
+        assert_eq!(s.reject(b"c", first.id).map(|k| k.id), Some(made.id));
+        assert_eq!(s.reject(b"c", second.id).map(|k| k.id), Some(made.id));
+        assert_eq!(s.get(b"c").map(|k| k.id), Some(made.id));
     }
 
     #[test]
