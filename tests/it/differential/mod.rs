@@ -14,7 +14,9 @@
 //!
 //! `DROID_DIFF_SEED` replays a run (the seed is printed first), `DROID_DIFF_CASES` sets the
 //! cases per setup. A failing program is shrunk and printed as JSON: add it, with its setup,
-//! to `regressions.jsonl` and `replays_found_cases` runs it from then on.
+//! to `regressions.jsonl` and `replays_found_cases` runs it from then on. `open.jsonl` holds
+//! differences found and not fixed yet (not run; move a case to `regressions.jsonl` with its
+//! fix).
 
 mod program;
 mod runner;
