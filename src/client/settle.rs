@@ -20,14 +20,15 @@ pub(super) fn settle(
             id,
         } => {
             server.remove_if(&server_name, id);
-            // A statement this Parse replaced is still on the server under the same name.
+            // A statement this Parse replaced is still on the server under the same name,
+            // unless it was replayed there for this Parse and the replay failed.
             if let Some(old) = client.reject(&name, id) {
-                if old.server_name == server_name {
+                if old.server_name == server_name && !server.take_lost(&server_name, old.id) {
                     server.add(old.server_name.clone(), old.id);
                 }
             }
         }
-        Owed::Replay { server_name, id } if failed => server.remove_if(&server_name, id),
+        Owed::Replay { server_name, id } if failed => server.replay_failed(&server_name, id),
         // A Close the server skipped: the copy is still there.
         // Entries settle in order, so a Parse sent after this Close settles after it.
         Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),

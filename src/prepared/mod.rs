@@ -177,7 +177,13 @@ struct ServerCopy {
 pub struct ServerStatements {
     map: HashMap<Bytes, ServerCopy>,
     tick: u64,
+    /// Replays that failed while a later Parse of the same name was already recorded: that
+    /// Parse failing must not bring them back (see [`ServerStatements::replay_failed`]).
+    lost: Vec<(Bytes, u64)>,
 }
+
+/// At most this many failed replays are remembered; the oldest is forgotten first.
+const MAX_LOST: usize = 64;
 
 /// Whether a server connection holds a client's statement.
 #[derive(Debug, PartialEq, Eq)]
@@ -229,6 +235,39 @@ impl ServerStatements {
     }
 
     /// Forgets a copy only if it is still the statement with this id.
+    /// The server refused the replay of copy `id`. If a later Parse under the same name is
+    /// recorded already (it may fail too, and would then bring back this copy as the one the
+    /// name held), remember that this copy was never made.
+    pub fn replay_failed(&mut self, server_name: &[u8], id: u64) {
+        match self.holds(server_name) {
+            Some(held) if held == id => {
+                self.map.remove(server_name);
+            }
+            Some(_) => {
+                if self.lost.len() >= MAX_LOST {
+                    self.lost.remove(0);
+                }
+                self.lost.push((Bytes::copy_from_slice(server_name), id));
+            }
+            None => {}
+        }
+    }
+
+    /// Whether copy `id`'s replay failed (see [`ServerStatements::replay_failed`]); forgets it.
+    pub fn take_lost(&mut self, server_name: &[u8], id: u64) -> bool {
+        match self
+            .lost
+            .iter()
+            .position(|(n, i)| *i == id && n.as_ref() == server_name)
+        {
+            Some(at) => {
+                self.lost.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn remove_if(&mut self, server_name: &[u8], id: u64) {
         if self.map.get(server_name).is_some_and(|c| c.id == id) {
             self.map.remove(server_name);
@@ -242,6 +281,7 @@ impl ServerStatements {
 
     pub fn clear(&mut self) {
         self.map.clear();
+        self.lost.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -271,6 +311,24 @@ mod tests {
         s.insert(Bytes::copy_from_slice(name.as_bytes()), |id| {
             (format!("p1_{name}_{id}").into(), Bytes::new())
         })
+    }
+
+    #[test]
+    fn a_failed_replay_under_a_pending_parse_is_remembered() {
+        let mut s = ServerStatements::default();
+        let name = Bytes::from_static(b"p1_a");
+        // Replay of copy 1, then the client's Parse of the same name (copy 2), both recorded.
+        s.add(name.clone(), 1);
+        s.add(name.clone(), 2);
+        s.replay_failed(&name, 1);
+        s.remove_if(&name, 2);
+        assert!(s.take_lost(&name, 1), "copy 1 was never made");
+        assert!(!s.take_lost(&name, 1));
+        // A replay that failed with nothing after it is simply gone.
+        s.add(name.clone(), 3);
+        s.replay_failed(&name, 3);
+        assert_eq!(s.holds(&name), None);
+        assert!(!s.take_lost(&name, 3));
     }
 
     #[test]

@@ -15,8 +15,9 @@
 //! `DROID_DIFF_SEED` replays a run (the seed is printed first), `DROID_DIFF_CASES` sets the
 //! cases per setup. A failing program is shrunk and printed as JSON: add it, with its setup,
 //! to `regressions.jsonl` and `replays_found_cases` runs it from then on. `open.jsonl` holds
-//! differences found and not fixed yet (not run; move a case to `regressions.jsonl` with its
-//! fix).
+//! differences found and not fixed yet (run by hand with `replays_open_cases -- --ignored`;
+//! move a case to `regressions.jsonl` with its fix). `DROID_DIFF_CONTEXT` widens the part of
+//! the transcripts a failure shows.
 
 mod program;
 mod runner;
@@ -300,10 +301,23 @@ fn differential_statement_tracked() {
 /// Every program the generator once found a difference with, run again in its setup.
 #[test]
 fn replays_found_cases() {
+    let n = replay_cases(include_str!("regressions.jsonl"));
+    assert!(n > 0, "regressions.jsonl holds no case");
+}
+
+/// The differences found and not fixed yet; run by hand while fixing them
+/// (`cargo test --test it replays_open_cases -- --ignored`).
+#[test]
+#[ignore = "open.jsonl holds known, unfixed differences"]
+fn replays_open_cases() {
+    replay_cases(include_str!("open.jsonl"));
+}
+
+/// Runs each case in a case file; how many there were.
+fn replay_cases(text: &str) -> usize {
     let _one = one_at_a_time();
     let pg = support::shared();
     let rt = runtime();
-    let text = include_str!("regressions.jsonl");
     let mut n = 0;
     for line in text
         .lines()
@@ -324,5 +338,5 @@ fn replays_found_cases() {
         }
         n += 1;
     }
-    assert!(n > 0, "regressions.jsonl holds no case");
+    n
 }

@@ -64,6 +64,16 @@ fn replay_in_failed_block(direct: &str, pooled: &str, before: &[String]) -> bool
         && pooled.starts_with("E ERROR 25P02 ")
 }
 
+/// The same difference for a Describe: in a failed block PostgreSQL still describes a statement
+/// that returns no rows (ParameterDescription, NoData), but the replayed Parse it would need on
+/// the held server is refused with 25P02. The client's transaction then rolls back either way,
+/// but the two transcripts do not line up again (directly the batch went on; pooled it skips to
+/// Sync), so that client is compared only up to here.
+fn describe_in_failed_block(direct: &str, pooled: &str, before: &[String]) -> bool {
+    let failed_block = before.iter().rev().find(|m| m.starts_with("Z ")) == Some(&"Z E".into());
+    failed_block && direct.starts_with("t ") && pooled.starts_with("E ERROR 25P02 ")
+}
+
 /// After a FATAL error the connection ends; whether the client's next write still goes out
 /// before it sees the close (then it reads EOF) or fails is a race, directly and pooled.
 fn both_ended(direct: &str, pooled: &str, before: &[String]) -> bool {
@@ -199,12 +209,22 @@ pub fn first_difference(direct: &Transcript, pooled: &Transcript) -> Option<Stri
             a != b && !replay_in_failed_block(a, b, &pooled[..i]) && !both_ended(a, b, &pooled[..i])
         })
         .or_else(|| (direct.len() != pooled.len()).then(|| direct.len().min(pooled.len())))?;
-    let from = at.saturating_sub(3);
+    if at < direct.len().min(pooled.len())
+        && describe_in_failed_block(&direct[at], &pooled[at], &pooled[..at])
+    {
+        return None;
+    }
+    // DROID_DIFF_CONTEXT widens the window shown (the whole transcripts with a large value).
+    let context = std::env::var("DROID_DIFF_CONTEXT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize);
+    let from = at.saturating_sub(context);
     let show = |t: &Transcript| {
         t.iter()
             .enumerate()
             .skip(from)
-            .take(8)
+            .take(2 * context + 2)
             .map(|(i, m)| format!("    {i}: {m}"))
             .collect::<Vec<_>>()
             .join("\n")
