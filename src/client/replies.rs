@@ -365,17 +365,8 @@ impl Session<'_> {
             .expect("server messages are handled only while a server is held");
         while let Some(answer) = srv.replies.pop_answer() {
             direct.spill(&mut self.cout, buf);
-            match answer {
-                Owed::Synthetic(m) => self.cout.extend_from_slice(&m),
-                Owed::ClientClose { name, kept, reply } => {
-                    // Delivered in its place: the Close took effect (again, if a skip had
-                    // brought the statement back before a retry).
-                    if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
-                        self.statements.remove(&name);
-                    }
-                    self.cout.extend_from_slice(&reply);
-                }
-                _ => {}
+            if let Owed::Synthetic(m) = answer {
+                self.cout.extend_from_slice(&m);
             }
         }
         if step.ready && srv.replies.is_empty() {

@@ -23,6 +23,13 @@ pub(super) enum LogItem {
     Sent { bytes: Bytes, req: Option<Request> },
     /// An answer of the pooler's, in its place.
     Answer(Owed),
+    /// A client's Close of a tracked statement sent to the server (renamed): on a resend it
+    /// closes the statement again, which the failed first attempt brought back.
+    Close {
+        bytes: Bytes,
+        name: Bytes,
+        kept: Arc<Kept>,
+    },
 }
 
 /// A batch being recorded (boxed: most sessions never record one).
@@ -115,6 +122,24 @@ impl PlanRetry {
             }
             PlanRetry::Failed(f) => f.resend_ok = false,
             PlanRetry::Idle | PlanRetry::Off => {}
+        }
+    }
+
+    /// Keeps a client's Close of tracked statement `kept` (sent renamed as `msg`).
+    pub(super) fn record_close(&mut self, msg: &[u8], name: &[u8], kept: &Arc<Kept>) {
+        if let PlanRetry::Recording(r) = self {
+            r.bytes += msg.len();
+            if r.synced || r.is_full() {
+                *self = PlanRetry::Off;
+                return;
+            }
+            r.log.push(LogItem::Close {
+                bytes: Bytes::copy_from_slice(msg),
+                name: Bytes::copy_from_slice(name),
+                kept: kept.clone(),
+            });
+        } else {
+            self.record(msg, Some(Request::Close));
         }
     }
 
@@ -223,6 +248,16 @@ impl Session<'_> {
                     }
                 }
                 LogItem::Answer(o) => self.owe(o),
+                LogItem::Close { bytes, name, kept } => {
+                    if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
+                        self.statements.remove(&name);
+                    }
+                    let srv = self.server.as_mut().expect("a retry runs on a held server");
+                    let had = srv.statements.holds(&kept.server_name);
+                    srv.statements.remove(&kept.server_name);
+                    self.sout.extend_from_slice(&bytes);
+                    self.owe(Owed::ClientClose { name, kept, had });
+                }
             }
         }
     }

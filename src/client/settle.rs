@@ -32,7 +32,13 @@ pub(super) fn settle(
         // A Close the server skipped: the copy is still there.
         // Entries settle in order, so a Parse sent after this Close settles after it.
         Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
-        Owed::ClientClose { name, kept, .. } if failed => client.restore(&name, kept),
+        // A client's Close the server skipped: the statement and its copy are still there.
+        Owed::ClientClose { name, kept, had } if failed => {
+            if let Some(id) = had {
+                server.add(kept.server_name.clone(), id);
+            }
+            client.restore(&name, kept);
+        }
         _ => {}
     }
 }

@@ -72,10 +72,7 @@ impl Session<'_> {
                 }
             },
             f::CLOSE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => {
-                    self.tracked_close(span.get(msg));
-                    false
-                }
+                (b'S', span) if span.len > 0 => self.tracked_close(msg, span),
                 _ => {
                     self.forward(msg, Request::Close, whole);
                     true
@@ -85,27 +82,42 @@ impl Session<'_> {
         })
     }
 
-    /// Close S: forget the statement and answer CloseComplete ourselves; the server copies
-    /// stay until evicted. If the server skips this point of the batch (an earlier error), the
-    /// statement comes back, as it would on a server.
-    fn tracked_close(&mut self, name: &[u8]) {
-        let mut reply = BytesMut::new();
-        backend::empty(&mut reply, backend::CLOSE_COMPLETE_TAG);
-        let reply = reply.freeze();
+    /// Close S: forget the statement. With nothing owed, the pooler answers CloseComplete
+    /// itself and the server copies stay until evicted. After replies still owed, an earlier
+    /// error may make the server skip this point of the batch, and then the statement must
+    /// still exist (a later Parse of the name gets 42P05, a Bind runs it): the Close goes to
+    /// the server, renamed, where it runs or is skipped exactly as it would without a pooler.
+    /// Returns whether the message went to the server.
+    fn tracked_close(&mut self, msg: &[u8], span: f::NameSpan) -> bool {
+        let name = span.get(msg);
         let removed = self.statements.remove(name);
         let pending = self.server.as_ref().is_some_and(|s| !s.replies.is_empty());
-        match removed {
-            Some(kept) if pending => {
-                let o = Owed::ClientClose {
-                    name: Bytes::copy_from_slice(name),
-                    kept,
-                    reply,
-                };
-                self.retry.record_answer(&o);
-                self.owe(o);
-            }
-            _ => self.answer(reply),
+        let Some(kept) = removed.filter(|_| pending) else {
+            let mut reply = BytesMut::new();
+            backend::empty(&mut reply, backend::CLOSE_COMPLETE_TAG);
+            self.answer(reply.freeze());
+            return false;
+        };
+        // The copy the Close would leave on a skip must be there (a failed block refuses the
+        // replay, but it also refuses any later Parse of the name: 25P02 either way).
+        if self.status != backend::TX_FAILED {
+            self.replay_if_missing(&kept, name);
         }
+        let start = self.sout.len();
+        f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
+        self.retry.record_close(&self.sout[start..], name, &kept);
+        let srv = self
+            .server
+            .as_mut()
+            .expect("pending replies mean a held server");
+        let had = srv.statements.holds(&kept.server_name);
+        srv.statements.remove(&kept.server_name);
+        self.owe(Owed::ClientClose {
+            name: Bytes::copy_from_slice(name),
+            kept,
+            had,
+        });
+        true
     }
 
     fn tracked_parse(&mut self, msg: &[u8]) -> Result<(), ClientError> {
@@ -128,6 +140,18 @@ impl Session<'_> {
             return Ok(());
         }
         let mut same_name = None;
+        if existing.is_none() {
+            // A Close of this name still owed may be skipped, and then the name is taken: the
+            // server decides, under the closed statement's name (a long name's `P` form
+            // differs per statement).
+            if let Some(closed) = self
+                .server
+                .as_ref()
+                .and_then(|s| s.replies.pending_close(&name))
+            {
+                same_name = Some(closed.server_name.clone());
+            }
+        }
         if let Some(existing) = existing.cloned() {
             // Let the server decide, under the name the statement has there, as it would
             // without a pooler, when the name may not be taken by the time this Parse runs

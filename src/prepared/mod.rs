@@ -128,7 +128,28 @@ impl ClientStatements {
             },
             None => kept,
         };
-        self.map.entry(Bytes::copy_from_slice(name)).or_insert(kept);
+        let Some(mut cur) = self.map.get(name).map(|k| k.id) else {
+            self.map.insert(Bytes::copy_from_slice(name), kept);
+            return;
+        };
+        // The name was reused after the Close, by Parses still owed: they are skipped too
+        // (entries settle in order), so the first of them, which found the name free, in fact
+        // replaced this statement.
+        while cur > kept.id {
+            match self.replaced.iter_mut().find(|(by, _)| *by == cur) {
+                Some((_, Some(prev))) if prev.id > kept.id => cur = prev.id,
+                Some((_, prev)) => {
+                    if prev.is_none() {
+                        *prev = Some(kept);
+                    }
+                    return;
+                }
+                None => {
+                    self.replaced.push((cur, Some(kept)));
+                    return;
+                }
+            }
+        }
     }
 
     /// Forgets statements made before `before` (a DEALLOCATE ALL or DISCARD ALL ran).
@@ -404,6 +425,22 @@ mod tests {
         s.drop_older_than(seq);
         assert_eq!(s.holds(b"p1_z"), Some(4));
         assert_eq!(s.holds(b"p1_b"), None);
+    }
+
+    #[test]
+    fn a_skipped_close_comes_back_under_a_skipped_reuse_of_the_name() {
+        // Parse a (made), then in one batch: an error, Close a, Parse a, Parse a: all skipped.
+        let mut c = ClientStatements::default();
+        let rename = |id| (server_name(2, b"a", id), Bytes::new());
+        let a = c.insert(Bytes::from_static(b"a"), rename);
+        c.confirm(b"a", a.id);
+        let closed = c.remove(b"a").unwrap();
+        let second = c.insert(Bytes::from_static(b"a"), rename);
+        let third = c.insert(Bytes::from_static(b"a"), rename);
+        c.restore(b"a", closed);
+        c.reject(b"a", second.id);
+        c.reject(b"a", third.id);
+        assert_eq!(c.get(b"a").map(|k| k.id), Some(a.id));
     }
 
     #[test]

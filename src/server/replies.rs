@@ -82,12 +82,13 @@ pub enum Owed {
     Substitute { error: Bytes, req: Request },
     /// The pooler's own answer: sent once every earlier reply has been forwarded.
     Synthetic(Bytes),
-    /// The pooler's CloseComplete for a tracked Close S: if the server skips the batch there,
-    /// the statement comes back.
+    /// A tracked Close S sent while earlier replies are owed, so the server decides whether
+    /// it runs: renamed and forwarded; if the server skips it, the statement comes back, and
+    /// the server still holds the copy it had under that name (`had`).
     ClientClose {
         name: Bytes,
         kept: Arc<Kept>,
-        reply: Bytes,
+        had: Option<u64>,
     },
     /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
     Internal,
@@ -103,15 +104,15 @@ impl Owed {
             Owed::Client(r) => *r,
             Owed::Marked { req, .. } | Owed::Substitute { req, .. } => *req,
             Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
-            Owed::InjectedClose { .. } => Request::Close,
+            Owed::InjectedClose { .. } | Owed::ClientClose { .. } => Request::Close,
             Owed::TrackedBind { .. } => Request::Bind,
-            Owed::Synthetic(_) | Owed::ClientClose { .. } | Owed::CopyEnd => Request::Sync,
+            Owed::Synthetic(_) | Owed::CopyEnd => Request::Sync,
             Owed::Internal => Request::Query,
         }
     }
 
     fn is_answer(&self) -> bool {
-        matches!(self, Owed::Synthetic(_) | Owed::ClientClose { .. })
+        matches!(self, Owed::Synthetic(_))
     }
 
     /// Whether the server's replies to this entry stay with the pooler (errors aside): it
@@ -232,6 +233,14 @@ impl Replies {
             }
         }
         false
+    }
+
+    /// The statement a Close of client name `name` still owed would close.
+    pub fn pending_close(&self, name: &[u8]) -> Option<&Arc<Kept>> {
+        self.q.iter().rev().find_map(|o| match o {
+            Owed::ClientClose { name: n, kept, .. } if n == name => Some(kept),
+            _ => None,
+        })
     }
 
     pub fn front(&self) -> Option<&Owed> {
