@@ -9,6 +9,9 @@
 #                  promises (scripts/check_packaging.py), every kind accounted for
 #   deploy/        kubectl kustomize of deploy/ and deploy/examples/, validated the same way;
 #                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
+#   Pod Security   every pod template we ship (chart renders, kustomize outputs, the game day's
+#                  Job) against the restricted profile (check_packaging.py restricted); the
+#                  1.20 API server below has no Pod Security admission to do it
 #   chaos/         the Chaos Mesh manifests, the NetworkPolicy Job and its embedded script
 #   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
 #                  authorizer, PoolConfigs accepted, the game day's script run against it, the
@@ -98,6 +101,9 @@ for combo in "${combos[@]}"; do
   validate_manifests "$OUT/chart/$name.yaml"
 done
 "$PY" scripts/check_packaging.py chart "$OUT/chart" || die "the chart's promises"
+# The checker must refuse its bad fixtures before its silence on our manifests means anything.
+"$PY" scripts/check_packaging.py restricted --self-test || die "the restricted-profile checker's self-test"
+"$PY" scripts/check_packaging.py restricted "$OUT"/chart/*.yaml || die "a chart render breaks the restricted profile"
 
 # Values the schema or the templates must refuse, each with the message it must give.
 refuse() {
@@ -137,6 +143,8 @@ validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
 "$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
+  || die "deploy/ or tests/kind/manifests breaks the restricted profile"
 
 # --- chaos/ -------------------------------------------------------------------
 section "chaos/ manifests"
@@ -151,6 +159,7 @@ chaos_files=(chaos/block-postgres-20s.yaml chaos/block-postgres-20s-external.yam
 "$PY" scripts/check_packaging.py chaos "${chaos_files[@]}" || die "chaos manifests"
 netpol=chaos/kubernetes/block-postgres-20s-netpol.yaml
 validate_manifests "$netpol"
+"$PY" scripts/check_packaging.py restricted "$netpol" || die "the game day's Job breaks the restricted profile"
 "$PY" scripts/check_packaging.py extract "$netpol" "$OUT/chaos" || die "extracting from $netpol"
 "$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "$OUT/chaos/networkpolicy.yaml" \
   || die "the NetworkPolicy inside $netpol"
@@ -179,7 +188,7 @@ promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check co
 # --- yamllint -----------------------------------------------------------------
 section "yamllint"
 "$VENV/bin/yamllint" --strict -c .yamllint.yaml \
-  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind \
+  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind scripts/testdata \
   "$OUT/chart" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json" \
   || die "values.schema.json is not JSON"
@@ -193,6 +202,6 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py scripts/check_packaging.py || die "python syntax"
+  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py || die "python syntax"
 
 echo "check-packaging: all checks passed"

@@ -10,6 +10,10 @@
                                             RESOURCE" lines, from deploy/operator/clusterrole.yaml
   check_packaging.py dockerfile DOCKERFILE BIN...
                                             the image's promises; BIN: the cargo bin targets
+  check_packaging.py restricted FILE...     every pod template complies with the Pod Security
+                                            Standards' restricted profile (pod_security.py)
+  check_packaging.py restricted --self-test the checker refuses the bad fixtures of
+                                            scripts/testdata/restricted/ and passes the good one
 
 Exit 1 with one line per failure.
 """
@@ -17,6 +21,8 @@ import os
 import sys
 
 import yaml
+
+import pod_security
 
 # apiVersions whose kinds kubernetes-validate has schemas for (built into Kubernetes 1.29).
 BUILTIN = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
@@ -272,6 +278,21 @@ def dockerfile(path, bins):
         fail(f"{path}: --bin {b} is not a bin target of Cargo.toml ({bins})")
 
 
+def restricted(files):
+    if files == ["--self-test"]:
+        for f in pod_security.self_test(load, os.path.join(os.path.dirname(__file__), "testdata", "restricted")):
+            fail(f)
+        return
+    if not files:
+        fail("restricted: no files")
+    for path in files:
+        docs = load(path)
+        if not any(pod_security.pod_templates(d) for d in docs):
+            print(f"NOTE  {path}: no pod templates")
+        for v in pod_security.check_docs(path, docs):
+            fail(f"restricted: {v}")
+
+
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 
 
@@ -297,7 +318,8 @@ def main(argv):
     cmd, args = argv[1], argv[2:]
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
      "extract": lambda: extract(args[0], args[1]),
-     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i}[cmd]()
+     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
+     "restricted": lambda: restricted(args)}[cmd]()
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0
