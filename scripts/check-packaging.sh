@@ -4,6 +4,8 @@
 #                  no shell in the runtime stage). No container engine here: it is not built.
 #   Helm chart     helm lint --strict and helm template for the default values and each
 #                  charts/droid-pool/ci/*-values.yaml; values that must be refused are refused
+#   parent chart   tests/helm/parent-chart, an application's chart with this one as a dependency,
+#                  built, linted and rendered: the sidecar helper works from another chart
 #   manifests      kubernetes-validate -k 1.29.0 --strict (built-in kinds), validate_crs.py
 #                  (PoolConfig against our CRD, NetworkChaos against Chaos Mesh's), the chart's
 #                  promises (scripts/check_packaging.py), every kind accounted for
@@ -105,6 +107,28 @@ done
 "$PY" scripts/check_packaging.py restricted --self-test || die "the restricted-profile checker's self-test"
 "$PY" scripts/check_packaging.py restricted "$OUT"/chart/*.yaml || die "a chart render breaks the restricted profile"
 
+# --- the sidecar helper from an application's chart -----------------------------
+section "sidecar helper from a parent chart (tests/helm/parent-chart)"
+# A copy, because helm dependency update writes charts/*.tgz and Chart.lock beside Chart.yaml.
+# Its file://../../../charts/droid-pool resolves from $OUT/parent-chart as from tests/helm/.
+parent=$OUT/parent-chart
+cp -r tests/helm/parent-chart "$parent"
+"$HELM" dependency update "$parent" >"$OUT/parent-dependency.log" 2>&1 \
+  || {
+    cat "$OUT/parent-dependency.log" >&2
+    die "helm dependency update of the parent chart"
+  }
+"$HELM" lint --strict --quiet "$parent" >"$OUT/lint-parent.log" 2>&1 \
+  || {
+    cat "$OUT/lint-parent.log" >&2
+    die "helm lint --strict (parent chart)"
+  }
+mkdir -p "$OUT/parent"
+"$HELM" template orders "$parent" --namespace shop >"$OUT/parent/parent-chart.yaml" || die "helm template (parent chart)"
+validate_manifests "$OUT/parent/parent-chart.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT/parent/parent-chart.yaml" || die "the parent chart breaks the restricted profile"
+"$PY" scripts/check_packaging.py parent "$OUT/parent/parent-chart.yaml" || die "the sidecar helper in the parent chart"
+
 # Values the schema or the templates must refuse, each with the message it must give.
 refuse() {
   local want=$1
@@ -189,7 +213,8 @@ promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check co
 section "yamllint"
 "$VENV/bin/yamllint" --strict -c .yamllint.yaml \
   "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind scripts/testdata \
-  "$OUT/chart" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
+  tests/helm/parent-chart/Chart.yaml tests/helm/parent-chart/values.yaml \
+  "$OUT/chart" "$OUT/parent" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json" \
   || die "values.schema.json is not JSON"
 

@@ -3,7 +3,10 @@
 
   check_packaging.py kinds CRS_LOG FILE...  every object is of a kind some check validates, and
                                             validate_crs.py said OK for every custom resource
-  check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC
+  check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC,
+                                            the helper's default image at Chart.yaml's appVersion
+  check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
+                                            used from another chart, its defaults (image)
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
   check_packaging.py extract FILE OUTDIR    the NetworkPolicy and script inside the Job's ConfigMap
   check_packaging.py can-i                   the operator's permissions as "yes|no NAMESPACE VERB
@@ -18,6 +21,7 @@
 Exit 1 with one line per failure.
 """
 import os
+import re
 import sys
 
 import yaml
@@ -37,6 +41,8 @@ CUSTOM = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "check_packaging.py chart (promtool-tested rules)",
 }
 RULES = "deploy/prometheus/droid-pool-rules.yaml"
+CHART_DIR = "charts/droid-pool"
+SIDECAR_TPL = CHART_DIR + "/templates/_sidecar.tpl"
 
 # The operator's rules: deploy/operator/clusterrole.yaml, which the operator's own tests prove
 # sufficient by running the controller bound to nothing else. The chart splits the Lease rule
@@ -152,29 +158,88 @@ def check_rbac(where, docs):
                 fail(f"{where}: wildcard in {d['kind']}/{d['metadata']['name']}")
 
 
-def check_sidecar(where, docs):
-    pod = pod_of(where, docs, "-sidecar-example")
-    if pod is None:
-        return
+def default_image():
+    """The sidecar helper's default image (a literal in _sidecar.tpl, since in a parent chart
+    .Chart is the parent's), after checking it is the chart's own image at its appVersion."""
+    with open(CHART_DIR + "/Chart.yaml") as f:
+        app_version = str(yaml.safe_load(f)["appVersion"])
+    with open(CHART_DIR + "/values.yaml") as f:
+        repository = yaml.safe_load(f)["image"]["repository"]
+    with open(SIDECAR_TPL) as f:
+        tpl = f.read()
+    got = {}
+    for key in ("Repository", "Tag"):
+        m = re.search(r'define "droid-pool\.sidecarDefault%s" -}}([^{]*){{' % key, tpl)
+        got[key] = m.group(1).strip() if m else None
+    if got["Tag"] != app_version:
+        fail(f"{SIDECAR_TPL}: droid-pool.sidecarDefaultTag is {got['Tag']!r}, Chart.yaml's appVersion {app_version!r}")
+    if got["Repository"] != repository:
+        fail(f"{SIDECAR_TPL}: droid-pool.sidecarDefaultRepository is {got['Repository']!r}, "
+             f"values.yaml's image.repository {repository!r}")
+    return f"{repository}:{app_version}"
+
+
+def check_sidecar_container(where, pod, image, name="droid-pool"):
+    """The one init container of pod is the native sidecar droid-pool.sidecar renders."""
     inits = pod.get("initContainers", [])
     if len(inits) != 1:
         fail(f"{where}: want one init container (the sidecar), found {len(inits)}")
         return
     c = inits[0]
+    if c.get("name") != name:
+        fail(f"{where}: the sidecar is named {c.get('name')!r}, want {name!r}")
     if c.get("restartPolicy") != "Always":
         fail(f"{where}: the sidecar is not native (restartPolicy {c.get('restartPolicy')!r})")
+    if c.get("image") != image:
+        fail(f"{where}: the sidecar's image is {c.get('image')!r}, want {image!r}")
     probes_ok(where + " sidecar", c,
               {"startupProbe": "/startupz", "livenessProbe": "/livez", "readinessProbe": "/readyz"})
+    if (c.get("readinessProbe") or {}).get("failureThreshold", 3) < 3:
+        fail(f"{where}: the sidecar's readinessProbe failureThreshold is under 3 (one slow probe "
+             "would take the application pod out of its endpoints)")
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
     cfg = mounts.get("/etc/droid-pool")
     if not cfg or "subPath" in cfg:
         fail(f"{where}: the config must be mounted at /etc/droid-pool without subPath (hot reload)")
     if "/var/run/droid-pool/server" not in mounts:
         fail(f"{where}: the server password Secret is not at /var/run/droid-pool/server")
+    volumes = {v["name"] for v in pod.get("volumes", [])}
+    if not {m["name"] for m in c.get("volumeMounts", [])} <= volumes:
+        fail(f"{where}: the sidecar mounts volumes the pod does not have ({sorted(volumes)})")
     if not c.get("resources", {}).get("requests"):
         fail(f"{where}: the sidecar has no resource requests")
+    sc = c.get("securityContext", {})
+    if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem") and sc.get("allowPrivilegeEscalation") is False
+            and "ALL" in sc.get("capabilities", {}).get("drop", [])
+            and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault"):
+        fail(f"{where}: the sidecar is not locked down: {sc}")
+
+
+def check_sidecar(where, docs):
+    pod = pod_of(where, docs, "-sidecar-example")
+    if pod is None:
+        return
+    check_sidecar_container(where, pod, default_image())
     if "terminationGracePeriodSeconds" not in pod:
         fail(f"{where}: the example sets no terminationGracePeriodSeconds")
+
+
+def parent(path):
+    """tests/helm/parent-chart rendered: the helper works from a chart whose values have no
+    sidecar or image keys, with the arguments given and the defaults for the rest."""
+    docs = load(path)
+    deps = [d for d in docs if d["kind"] == "Deployment"]
+    if len(deps) != 1 or len(docs) != 1:
+        fail(f"{path}: want the parent's one Deployment and nothing else, got "
+             f"{[(d['kind'], d['metadata']['name']) for d in docs]}")
+        return
+    template = deps[0]["spec"]["template"]
+    check_sidecar_container(path, template["spec"], default_image(), name="pooler")
+    if template["metadata"]["labels"].get("droidpool.io/poolconfig") != "orders":
+        fail(f"{path}: the pod has no droidpool.io/poolconfig label from droid-pool.sidecarPodLabels")
+    mounts = {m["mountPath"] for m in template["spec"]["initContainers"][0].get("volumeMounts", [])}
+    if "/var/run/droid-pool/client-passwords" not in mounts:
+        fail(f"{path}: clientPasswordsSecret given, but no client passwords mount")
 
 
 def check_monitors(where, docs):
@@ -319,7 +384,7 @@ def main(argv):
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
      "extract": lambda: extract(args[0], args[1]),
      "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
-     "restricted": lambda: restricted(args)}[cmd]()
+     "restricted": lambda: restricted(args), "parent": lambda: parent(args[0])}[cmd]()
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0
