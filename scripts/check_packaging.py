@@ -4,7 +4,8 @@
   check_packaging.py kinds CRS_LOG FILE...  every object is of a kind some check validates, and
                                             validate_crs.py said OK for every custom resource
   check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC,
-                                            the helper's default image at Chart.yaml's appVersion
+                                            the helper's default image at Chart.yaml's appVersion,
+                                            pod labels without the chart's version
   check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
                                             used from another chart, its defaults (image)
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
@@ -260,6 +261,33 @@ def check_monitors(where, docs):
                 fail(f"{where}: PodMonitor {d['metadata']['name']} does not scrape the admin port's /metrics")
 
 
+NAME, INSTANCE, COMPONENT = (f"app.kubernetes.io/{k}" for k in ("name", "instance", "component"))
+VERSION_LABELS = ("helm.sh/chart", "app.kubernetes.io/version")
+
+
+def check_pod_labels(where, docs):
+    """Pod templates carry name and instance and nothing that changes with the chart's version
+    (an upgrade of the chart alone must not restart pods); selectors use only stable labels."""
+    for d in docs:
+        found = pod_security.pod_templates(d)
+        if found is None:
+            continue
+        what = f"{where}: {d['kind']}/{d['metadata']['name']}"
+        labels = found[0].get("labels") or {}
+        missing = [k for k in (NAME, INSTANCE) if not labels.get(k)]
+        if missing:
+            fail(f"{what}: the pod template lacks {missing}")
+        bad = [k for k in VERSION_LABELS if k in labels]
+        if bad:
+            fail(f"{what}: the pod template carries version labels {bad}")
+        selector = ((d.get("spec") or {}).get("selector") or {}).get("matchLabels")
+        if selector is not None:
+            if not set(selector) <= {NAME, INSTANCE, COMPONENT}:
+                fail(f"{what}: the selector uses {sorted(set(selector) - {NAME, INSTANCE, COMPONENT})}")
+            if any(labels.get(k) != v for k, v in selector.items()):
+                fail(f"{what}: the selector {selector} does not match the pod labels {labels}")
+
+
 def chart(render_dir):
     renders = load_dir(render_dir)
     if not renders:
@@ -274,6 +302,7 @@ def chart(render_dir):
         if "sidecar-example" in name:
             check_sidecar(where, docs)
         check_monitors(where, docs)
+        check_pod_labels(where, docs)
         if name.startswith("default") and not has_operator:
             fail(f"{where}: the default values render no operator")
 
