@@ -150,6 +150,8 @@ refuse "mode" --set pooler.enabled=true --set pooler.spec.mode=sometimes
 refuse "clientAuth" --set pooler.enabled=true --set pooler.spec.clientAuth=null
 refuse "serviceAccount.name is required" --set serviceAccount.create=false
 refuse "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+refuse "/tests/attempts" --set tests.attempts=0
+refuse "tests.user is required" --set pooler.enabled=true --set pooler.spec.server.user=null
 
 # --- deploy/ (kustomize) -------------------------------------------------------
 section "deploy/ (kubectl kustomize)"

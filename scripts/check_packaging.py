@@ -5,7 +5,8 @@
                                             validate_crs.py said OK for every custom resource
   check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC,
                                             the helper's default image at Chart.yaml's appVersion,
-                                            pod labels without the chart's version
+                                            pod labels without the chart's version, the helm
+                                            test Pod (through the pooler, else /readyz)
   check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
                                             used from another chart, its defaults (image)
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
@@ -288,6 +289,45 @@ def check_pod_labels(where, docs):
                 fail(f"{what}: the selector {selector} does not match the pod labels {labels}")
 
 
+def check_test_hook(where, docs):
+    """The `helm test` Pod: a psql login through the pooler's Service when the render has an
+    operator-deployed pooler, else the operator's /readyz through its metrics Service."""
+    tests = [d for d in docs if d["kind"] == "Pod"
+             and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+    poolers = [d for d in docs if d["kind"] == "PoolConfig" and "deployment" in d["spec"].get("target", {})]
+    services = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-operator-metrics")]
+    if not poolers and not services:
+        if tests:
+            fail(f"{where}: a test Pod with neither a pooler nor the operator's metrics Service to test")
+        return
+    if len(tests) != 1:
+        fail(f"{where}: want one helm test Pod, found {len(tests)}")
+        return
+    t = tests[0]
+    policy = set(t["metadata"]["annotations"].get("helm.sh/hook-delete-policy", "").split(","))
+    if policy != {"before-hook-creation", "hook-succeeded"}:
+        fail(f"{where}: test Pod hook-delete-policy is {policy}")
+    if t["spec"].get("restartPolicy") != "Never":
+        fail(f"{where}: test Pod restartPolicy is not Never")
+    c = t["spec"]["containers"][0]
+    script = " ".join(c.get("command", []))
+    if poolers:
+        pc = poolers[0]
+        port = pc["spec"]["target"]["deployment"].get("service", {}).get("port", 6432)
+        want = f"host={pc['metadata']['name']} port={port} "
+        env = {e["name"] for e in c.get("env", [])}
+        if "psql" not in script or want not in script or "PGCONNECT_TIMEOUT" not in env:
+            fail(f"{where}: the test does not psql through the pooler's Service ({want!r}, "
+                 f"PGCONNECT_TIMEOUT): {script!r}")
+    else:
+        svc = services[0]
+        url = f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}/readyz"
+        if url not in script:
+            fail(f"{where}: the test does not ask {url}: {script!r}")
+    if "seq " not in script:
+        fail(f"{where}: the test does not retry: {script!r}")
+
+
 def chart(render_dir):
     renders = load_dir(render_dir)
     if not renders:
@@ -303,6 +343,7 @@ def chart(render_dir):
             check_sidecar(where, docs)
         check_monitors(where, docs)
         check_pod_labels(where, docs)
+        check_test_hook(where, docs)
         if name.startswith("default") and not has_operator:
             fail(f"{where}: the default values render no operator")
 

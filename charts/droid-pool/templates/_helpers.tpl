@@ -42,6 +42,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The PoolConfig of pooler.enabled; the operator names its Deployment and Service alike. */}}
+{{- define "droid-pool.poolerName" -}}
+{{- default (printf "%s-pooler" (include "droid-pool.fullname" .)) .Values.pooler.name }}
+{{- end }}
+
 {{- define "droid-pool.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "droid-pool.operatorName" .) .Values.serviceAccount.name }}
