@@ -18,7 +18,8 @@
 #   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
 #                  authorizer, PoolConfigs accepted, the game day's script run against it, the
 #                  operator run as the chart's ServiceAccount (scripts/check-packaging-apiserver.sh)
-#   Prometheus     promtool check rules, test rules, check config
+#   Prometheus     promtool check rules, test rules, check config; every alert with severity,
+#                  summary, description, a runbook in docs/runbooks.md, tests firing and quiet
 #   yamllint       every YAML file we write and every rendered manifest
 #   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
 # Tools: scripts/ensure-k8s-tools.sh (run first). Output: target/packaging/.
@@ -203,6 +204,8 @@ grep -q 'kind: PrometheusRule' "$OUT/chart/monitoring-operator.yaml" \
   || die "the monitoring values render no PrometheusRule"
 promtool check rules deploy/prometheus/droid-pool-rules.yaml >/dev/null || die "promtool check rules"
 promtool test rules deploy/prometheus/droid-pool-rules.test.yaml || die "promtool test rules"
+# Severity, summary, description, a runbook_url into docs/runbooks.md, tests firing and quiet.
+"$PY" scripts/check_packaging.py alerts || die "the alerts' labels, annotations, runbooks or tests"
 # Debian's promtool is built without Kubernetes service discovery: check the rest of the file
 # (relabelling, rule files) with the discovery swapped for a static target.
 cp deploy/prometheus/droid-pool-rules.yaml "$OUT/"
@@ -229,6 +232,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py || die "python syntax"
+  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py \
+  || die "python syntax"
 
 echo "check-packaging: all checks passed"

@@ -15,6 +15,11 @@
                                             RESOURCE" lines, from deploy/operator/clusterrole.yaml
   check_packaging.py dockerfile DOCKERFILE BIN...
                                             the image's promises; BIN: the cargo bin targets
+  check_packaging.py alerts                 every alert of RULES: severity, summary, description,
+                                            runbook_url into docs/runbooks.md; promtool-tested
+                                            firing and quiet (deploy/prometheus/*.test.yaml)
+  check_packaging.py dashboard FILE         the Grafana dashboard: namespace and poolconfig
+                                            variables that filter every query, $__rate_interval
   check_packaging.py restricted FILE...     every pod template complies with the Pod Security
                                             Standards' restricted profile (pod_security.py)
   check_packaging.py restricted --self-test the checker refuses the bad fixtures of
@@ -28,6 +33,7 @@ import sys
 
 import yaml
 
+import check_monitoring
 import pod_security
 
 # apiVersions whose kinds kubernetes-validate has schemas for (built into Kubernetes 1.29).
@@ -413,6 +419,13 @@ def dockerfile(path, bins):
         fail(f"{path}: --bin {b} is not a bin target of Cargo.toml ({bins})")
 
 
+def alerts():
+    with open(CHART_DIR + "/Chart.yaml") as f:
+        home = yaml.safe_load(f)["home"]
+    for f in check_monitoring.alerts(RULES, RULES.replace(".yaml", ".test.yaml"), "docs/runbooks.md", home):
+        fail(f)
+
+
 def restricted(files):
     if files == ["--self-test"]:
         for f in pod_security.self_test(load, os.path.join(os.path.dirname(__file__), "testdata", "restricted")):
@@ -454,7 +467,8 @@ def main(argv):
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
      "extract": lambda: extract(args[0], args[1]),
      "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
-     "restricted": lambda: restricted(args), "parent": lambda: parent(args[0])}[cmd]()
+     "restricted": lambda: restricted(args), "parent": lambda: parent(args[0]),
+     "alerts": alerts, "dashboard": lambda: [fail(f) for f in check_monitoring.dashboard(args[0])]}[cmd]()
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0
