@@ -20,6 +20,8 @@
 #                  operator run as the chart's ServiceAccount (scripts/check-packaging-apiserver.sh)
 #   Prometheus     promtool check rules, test rules, check config; every alert with severity,
 #                  summary, description, a runbook in docs/runbooks.md, tests firing and quiet
+#   Grafana        the dashboard's namespace/poolconfig variables filter every query; rate windows
+#                  are $__rate_interval (check_packaging.py dashboard)
 #   yamllint       every YAML file we write and every rendered manifest
 #   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
 # Tools: scripts/ensure-k8s-tools.sh (run first). Output: target/packaging/.
@@ -213,6 +215,11 @@ sed -e 's/kubernetes_sd_configs:/static_configs:/' -e 's/- role: pod/- targets: 
   deploy/prometheus/prometheus.yml >"$OUT/prometheus.yml"
 grep -q 'role: pod' "$OUT/prometheus.yml" && die "the static swap of prometheus.yml did not apply"
 promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check config"
+
+# --- Grafana ------------------------------------------------------------------
+section "Grafana dashboard"
+# namespace and poolconfig variables filtering every query; windows only $__rate_interval.
+"$PY" scripts/check_packaging.py dashboard deploy/grafana/droid-pool.json || die "the Grafana dashboard"
 
 # --- yamllint -----------------------------------------------------------------
 section "yamllint"

@@ -266,6 +266,14 @@ def check_monitors(where, docs):
                     [e.get("port") for e in eps] not in (["admin"], ["pooler-admin"]) or \
                     any(e.get("path") != "/metrics" for e in eps):
                 fail(f"{where}: PodMonitor {d['metadata']['name']} does not scrape the admin port's /metrics")
+            # The PoolConfig's name from the pod label each kind of pooler carries.
+            source = {"admin": "__meta_kubernetes_pod_label_app_kubernetes_io_instance",
+                      "pooler-admin": "__meta_kubernetes_pod_label_droidpool_io_poolconfig"}
+            for e in eps:
+                got = [r.get("sourceLabels") for r in e.get("relabelings", []) if r.get("targetLabel") == "poolconfig"]
+                if got != [[source.get(e.get("port"))]]:
+                    fail(f"{where}: PodMonitor {d['metadata']['name']} does not set poolconfig from "
+                         f"{source.get(e.get('port'))}: {got}")
 
 
 NAME, INSTANCE, COMPONENT = (f"app.kubernetes.io/{k}" for k in ("name", "instance", "component"))
