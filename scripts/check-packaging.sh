@@ -239,7 +239,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py \
+  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"
