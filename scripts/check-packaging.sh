@@ -4,16 +4,24 @@
 #                  no shell in the runtime stage). No container engine here: it is not built.
 #   Helm chart     helm lint --strict and helm template for the default values and each
 #                  charts/droid-pool/ci/*-values.yaml; values that must be refused are refused
+#   parent chart   tests/helm/parent-chart, an application's chart with this one as a dependency,
+#                  built, linted and rendered: the sidecar helper works from another chart
 #   manifests      kubernetes-validate -k 1.29.0 --strict (built-in kinds), validate_crs.py
 #                  (PoolConfig against our CRD, NetworkChaos against Chaos Mesh's), the chart's
 #                  promises (scripts/check_packaging.py), every kind accounted for
 #   deploy/        kubectl kustomize of deploy/ and deploy/examples/, validated the same way;
 #                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
+#   Pod Security   every pod template we ship (chart renders, kustomize outputs, the game day's
+#                  Job) against the restricted profile (check_packaging.py restricted); the
+#                  1.20 API server below has no Pod Security admission to do it
 #   chaos/         the Chaos Mesh manifests, the NetworkPolicy Job and its embedded script
 #   API server     a real kube-apiserver (1.20, ../shared/tools/kube-apiserver): RBAC through its
 #                  authorizer, PoolConfigs accepted, the game day's script run against it, the
 #                  operator run as the chart's ServiceAccount (scripts/check-packaging-apiserver.sh)
-#   Prometheus     promtool check rules, test rules, check config
+#   Prometheus     promtool check rules, test rules, check config; every alert with severity,
+#                  summary, description, a runbook in docs/runbooks.md, tests firing and quiet
+#   Grafana        the dashboard's namespace/poolconfig variables filter every query; rate windows
+#                  are $__rate_interval (check_packaging.py dashboard)
 #   yamllint       every YAML file we write and every rendered manifest
 #   shell          bash -n and shellcheck of tests/kind, chaos and these scripts
 # Tools: scripts/ensure-k8s-tools.sh (run first). Output: target/packaging/.
@@ -98,6 +106,31 @@ for combo in "${combos[@]}"; do
   validate_manifests "$OUT/chart/$name.yaml"
 done
 "$PY" scripts/check_packaging.py chart "$OUT/chart" || die "the chart's promises"
+# The checker must refuse its bad fixtures before its silence on our manifests means anything.
+"$PY" scripts/check_packaging.py restricted --self-test || die "the restricted-profile checker's self-test"
+"$PY" scripts/check_packaging.py restricted "$OUT"/chart/*.yaml || die "a chart render breaks the restricted profile"
+
+# --- the sidecar helper from an application's chart -----------------------------
+section "sidecar helper from a parent chart (tests/helm/parent-chart)"
+# A copy, because helm dependency update writes charts/*.tgz and Chart.lock beside Chart.yaml.
+# Its file://../../../charts/droid-pool resolves from $OUT/parent-chart as from tests/helm/.
+parent=$OUT/parent-chart
+cp -r tests/helm/parent-chart "$parent"
+"$HELM" dependency update "$parent" >"$OUT/parent-dependency.log" 2>&1 \
+  || {
+    cat "$OUT/parent-dependency.log" >&2
+    die "helm dependency update of the parent chart"
+  }
+"$HELM" lint --strict --quiet "$parent" >"$OUT/lint-parent.log" 2>&1 \
+  || {
+    cat "$OUT/lint-parent.log" >&2
+    die "helm lint --strict (parent chart)"
+  }
+mkdir -p "$OUT/parent"
+"$HELM" template orders "$parent" --namespace shop >"$OUT/parent/parent-chart.yaml" || die "helm template (parent chart)"
+validate_manifests "$OUT/parent/parent-chart.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT/parent/parent-chart.yaml" || die "the parent chart breaks the restricted profile"
+"$PY" scripts/check_packaging.py parent "$OUT/parent/parent-chart.yaml" || die "the sidecar helper in the parent chart"
 
 # Values the schema or the templates must refuse, each with the message it must give.
 refuse() {
@@ -120,6 +153,8 @@ refuse "mode" --set pooler.enabled=true --set pooler.spec.mode=sometimes
 refuse "clientAuth" --set pooler.enabled=true --set pooler.spec.clientAuth=null
 refuse "serviceAccount.name is required" --set serviceAccount.create=false
 refuse "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+refuse "/tests/attempts" --set tests.attempts=0
+refuse "tests.user is required" --set pooler.enabled=true --set pooler.spec.server.user=null
 
 # --- deploy/ (kustomize) -------------------------------------------------------
 section "deploy/ (kubectl kustomize)"
@@ -137,6 +172,8 @@ validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
 "$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
+  || die "deploy/ or tests/kind/manifests breaks the restricted profile"
 
 # --- chaos/ -------------------------------------------------------------------
 section "chaos/ manifests"
@@ -151,6 +188,7 @@ chaos_files=(chaos/block-postgres-20s.yaml chaos/block-postgres-20s-external.yam
 "$PY" scripts/check_packaging.py chaos "${chaos_files[@]}" || die "chaos manifests"
 netpol=chaos/kubernetes/block-postgres-20s-netpol.yaml
 validate_manifests "$netpol"
+"$PY" scripts/check_packaging.py restricted "$netpol" || die "the game day's Job breaks the restricted profile"
 "$PY" scripts/check_packaging.py extract "$netpol" "$OUT/chaos" || die "extracting from $netpol"
 "$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "$OUT/chaos/networkpolicy.yaml" \
   || die "the NetworkPolicy inside $netpol"
@@ -168,6 +206,8 @@ grep -q 'kind: PrometheusRule' "$OUT/chart/monitoring-operator.yaml" \
   || die "the monitoring values render no PrometheusRule"
 promtool check rules deploy/prometheus/droid-pool-rules.yaml >/dev/null || die "promtool check rules"
 promtool test rules deploy/prometheus/droid-pool-rules.test.yaml || die "promtool test rules"
+# Severity, summary, description, a runbook_url into docs/runbooks.md, tests firing and quiet.
+"$PY" scripts/check_packaging.py alerts || die "the alerts' labels, annotations, runbooks or tests"
 # Debian's promtool is built without Kubernetes service discovery: check the rest of the file
 # (relabelling, rule files) with the discovery swapped for a static target.
 cp deploy/prometheus/droid-pool-rules.yaml "$OUT/"
@@ -176,11 +216,17 @@ sed -e 's/kubernetes_sd_configs:/static_configs:/' -e 's/- role: pod/- targets: 
 grep -q 'role: pod' "$OUT/prometheus.yml" && die "the static swap of prometheus.yml did not apply"
 promtool check config "$OUT/prometheus.yml" >/dev/null || die "promtool check config"
 
+# --- Grafana ------------------------------------------------------------------
+section "Grafana dashboard"
+# namespace and poolconfig variables filtering every query; windows only $__rate_interval.
+"$PY" scripts/check_packaging.py dashboard deploy/grafana/droid-pool.json || die "the Grafana dashboard"
+
 # --- yamllint -----------------------------------------------------------------
 section "yamllint"
 "$VENV/bin/yamllint" --strict -c .yamllint.yaml \
-  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind \
-  "$OUT/chart" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
+  "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" deploy chaos/*.yaml chaos/kubernetes tests/kind scripts/testdata \
+  tests/helm/parent-chart/Chart.yaml tests/helm/parent-chart/values.yaml \
+  "$OUT/chart" "$OUT/parent" "$OUT/kustomize" "$OUT/chaos/networkpolicy.yaml" || die "yamllint"
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json" \
   || die "values.schema.json is not JSON"
 
@@ -193,6 +239,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py scripts/check_packaging.py || die "python syntax"
+  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py \
+  || die "python syntax"
 
 echo "check-packaging: all checks passed"

@@ -3,13 +3,27 @@
 
   check_packaging.py kinds CRS_LOG FILE...  every object is of a kind some check validates, and
                                             validate_crs.py said OK for every custom resource
-  check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC
+  check_packaging.py chart RENDER_DIR       the chart's promises: probes, native sidecar, RBAC,
+                                            the helper's default image at Chart.yaml's appVersion,
+                                            pod labels without the chart's version, the helm
+                                            test Pod (through the pooler, else /readyz)
+  check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
+                                            used from another chart, its defaults (image)
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
   check_packaging.py extract FILE OUTDIR    the NetworkPolicy and script inside the Job's ConfigMap
   check_packaging.py can-i                   the operator's permissions as "yes|no NAMESPACE VERB
                                             RESOURCE" lines, from deploy/operator/clusterrole.yaml
   check_packaging.py dockerfile DOCKERFILE BIN...
                                             the image's promises; BIN: the cargo bin targets
+  check_packaging.py alerts                 every alert of RULES: severity, summary, description,
+                                            runbook_url into docs/runbooks.md; promtool-tested
+                                            firing and quiet (deploy/prometheus/*.test.yaml)
+  check_packaging.py dashboard FILE         the Grafana dashboard: namespace and poolconfig
+                                            variables that filter every query, $__rate_interval
+  check_packaging.py restricted FILE...     every pod template complies with the Pod Security
+                                            Standards' restricted profile (pod_security.py)
+  check_packaging.py restricted --self-test the checker refuses the bad fixtures of
+                                            scripts/testdata/restricted/ and passes the good one
 
 Exit 1 with one line per failure.
 """
@@ -17,6 +31,10 @@ import os
 import sys
 
 import yaml
+
+import chart_pods
+import check_monitoring
+import pod_security
 
 # apiVersions whose kinds kubernetes-validate has schemas for (built into Kubernetes 1.29).
 BUILTIN = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
@@ -31,6 +49,7 @@ CUSTOM = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "check_packaging.py chart (promtool-tested rules)",
 }
 RULES = "deploy/prometheus/droid-pool-rules.yaml"
+CHART_DIR = chart_pods.CHART_DIR
 
 # The operator's rules: deploy/operator/clusterrole.yaml, which the operator's own tests prove
 # sufficient by running the controller bound to nothing else. The chart splits the Lease rule
@@ -89,13 +108,6 @@ def rules_of(role):
     return [(r.get("apiGroups"), r.get("resources"), r.get("verbs")) for r in role.get("rules", [])]
 
 
-def probes_ok(where, c, paths):
-    for probe, path in paths.items():
-        got = (c.get(probe) or {}).get("httpGet", {}).get("path")
-        if got != path:
-            fail(f"{where}: {probe} path is {got!r}, want {path!r}")
-
-
 def pod_of(where, docs, suffix):
     """The pod spec of the one Deployment whose name ends with suffix, or None (a failure)."""
     deps = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(suffix)]
@@ -115,7 +127,7 @@ def check_operator(where, docs):
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
     if env.get("POD_NAMESPACE") != "metadata.namespace" or env.get("POD_NAME") != "metadata.name":
         fail(f"{where}: POD_NAMESPACE/POD_NAME must come from the downward API, got {env}")
-    probes_ok(where + " operator", c, {"livenessProbe": "/livez", "readinessProbe": "/readyz"})
+    chart_pods.probes_ok(fail, where + " operator", c, {"livenessProbe": "/livez", "readinessProbe": "/readyz"})
     sc = c.get("securityContext", {})
     if not (sc.get("runAsNonRoot") and sc.get("readOnlyRootFilesystem")
             and sc.get("allowPrivilegeEscalation") is False):
@@ -150,23 +162,7 @@ def check_sidecar(where, docs):
     pod = pod_of(where, docs, "-sidecar-example")
     if pod is None:
         return
-    inits = pod.get("initContainers", [])
-    if len(inits) != 1:
-        fail(f"{where}: want one init container (the sidecar), found {len(inits)}")
-        return
-    c = inits[0]
-    if c.get("restartPolicy") != "Always":
-        fail(f"{where}: the sidecar is not native (restartPolicy {c.get('restartPolicy')!r})")
-    probes_ok(where + " sidecar", c,
-              {"startupProbe": "/startupz", "livenessProbe": "/livez", "readinessProbe": "/readyz"})
-    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
-    cfg = mounts.get("/etc/droid-pool")
-    if not cfg or "subPath" in cfg:
-        fail(f"{where}: the config must be mounted at /etc/droid-pool without subPath (hot reload)")
-    if "/var/run/droid-pool/server" not in mounts:
-        fail(f"{where}: the server password Secret is not at /var/run/droid-pool/server")
-    if not c.get("resources", {}).get("requests"):
-        fail(f"{where}: the sidecar has no resource requests")
+    chart_pods.sidecar_container(fail, where, pod, chart_pods.default_image(fail))
     if "terminationGracePeriodSeconds" not in pod:
         fail(f"{where}: the example sets no terminationGracePeriodSeconds")
 
@@ -187,6 +183,14 @@ def check_monitors(where, docs):
                     [e.get("port") for e in eps] not in (["admin"], ["pooler-admin"]) or \
                     any(e.get("path") != "/metrics" for e in eps):
                 fail(f"{where}: PodMonitor {d['metadata']['name']} does not scrape the admin port's /metrics")
+            # The PoolConfig's name from the pod label each kind of pooler carries.
+            source = {"admin": "__meta_kubernetes_pod_label_app_kubernetes_io_instance",
+                      "pooler-admin": "__meta_kubernetes_pod_label_droidpool_io_poolconfig"}
+            for e in eps:
+                got = [r.get("sourceLabels") for r in e.get("relabelings", []) if r.get("targetLabel") == "poolconfig"]
+                if got != [[source.get(e.get("port"))]]:
+                    fail(f"{where}: PodMonitor {d['metadata']['name']} does not set poolconfig from "
+                         f"{source.get(e.get('port'))}: {got}")
 
 
 def chart(render_dir):
@@ -203,6 +207,8 @@ def chart(render_dir):
         if "sidecar-example" in name:
             check_sidecar(where, docs)
         check_monitors(where, docs)
+        chart_pods.pod_labels(fail, where, docs)
+        chart_pods.test_hook(fail, where, docs)
         if name.startswith("default") and not has_operator:
             fail(f"{where}: the default values render no operator")
 
@@ -272,6 +278,28 @@ def dockerfile(path, bins):
         fail(f"{path}: --bin {b} is not a bin target of Cargo.toml ({bins})")
 
 
+def alerts():
+    with open(CHART_DIR + "/Chart.yaml") as f:
+        home = yaml.safe_load(f)["home"]
+    for f in check_monitoring.alerts(RULES, RULES.replace(".yaml", ".test.yaml"), "docs/runbooks.md", home):
+        fail(f)
+
+
+def restricted(files):
+    if files == ["--self-test"]:
+        for f in pod_security.self_test(load, os.path.join(os.path.dirname(__file__), "testdata", "restricted")):
+            fail(f)
+        return
+    if not files:
+        fail("restricted: no files")
+    for path in files:
+        docs = load(path)
+        if not any(pod_security.pod_templates(d) for d in docs):
+            print(f"NOTE  {path}: no pod templates")
+        for v in pod_security.check_docs(path, docs):
+            fail(f"restricted: {v}")
+
+
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 
 
@@ -297,7 +325,9 @@ def main(argv):
     cmd, args = argv[1], argv[2:]
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
      "extract": lambda: extract(args[0], args[1]),
-     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i}[cmd]()
+     "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
+     "restricted": lambda: restricted(args), "parent": lambda: chart_pods.parent(fail, args[0], load(args[0])),
+     "alerts": alerts, "dashboard": lambda: [fail(f) for f in check_monitoring.dashboard(args[0])]}[cmd]()
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0

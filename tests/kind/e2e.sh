@@ -11,7 +11,8 @@
 #   CHAOS=netpol                 without Chaos Mesh, run the NetworkPolicy game day instead
 #
 # Stages, each one line PASS or FAIL (exit 1 at the first FAIL):
-#   1. cluster, image (docker build + kind load), helm install of the chart (operator)
+#   1. cluster, image (docker build + kind load), helm install of the chart (operator), and
+#      its helm test (the operator's /readyz through its metrics Service)
 #   2. deploy PostgreSQL, the sidecar app, the operator-deployed pooler and a client pod
 #      (tests/kind/manifests: deploy/examples adjusted for the checks)
 #   3. the prepared-statement stage checks through the operator-deployed pooler and through
@@ -121,7 +122,9 @@ helm --kube-context "kind-$CLUSTER" upgrade --install droid-pool charts/droid-po
   --set image.repository=droid-pool --set image.tag=e2e --set image.pullPolicy=Never \
   --wait --timeout 3m
 k -n "$OP_NS" rollout status deploy/droid-pool-operator --timeout 2m
-pass "cluster, image and helm install (operator ready)"
+helm --kube-context "kind-$CLUSTER" test droid-pool --namespace "$OP_NS" --timeout 2m >/dev/null \
+  || fail "helm test droid-pool (the operator's /readyz through its metrics Service)"
+pass "cluster, image, helm install and helm test (operator ready)"
 
 # --- 2. PostgreSQL, the poolers, the client -----------------------------------
 k apply -k tests/kind/manifests

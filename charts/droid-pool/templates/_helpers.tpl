@@ -22,17 +22,29 @@
 {{- printf "%s-operator" (include "droid-pool.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* Labels of every object the chart renders. */}}
 {{- define "droid-pool.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "droid-pool.podLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The part of droid-pool.labels pod templates get (beside name and instance): a label that
+changes with the chart's version would restart every pod on a chart upgrade. */}}
+{{- define "droid-pool.podLabels" -}}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: droid-pool
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 
 {{- define "droid-pool.operatorSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "droid-pool.name" . }}-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The PoolConfig of pooler.enabled; the operator names its Deployment and Service alike. */}}
+{{- define "droid-pool.poolerName" -}}
+{{- default (printf "%s-pooler" (include "droid-pool.fullname" .)) .Values.pooler.name }}
 {{- end }}
 
 {{- define "droid-pool.serviceAccountName" -}}

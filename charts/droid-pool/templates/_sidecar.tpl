@@ -3,39 +3,88 @@ The droid-pool native sidecar (Kubernetes >= 1.29): an initContainers entry with
 restartPolicy: Always, so it starts before the application, stays up beside it, and gets its
 SIGTERM only after the application's containers have exited.
 
+A library-style helper: everything comes from its arguments, nothing from .Values or .Chart.
+Included from an application's chart that depends on this one, .Values and .Chart would be
+the application's, not this chart's.
+
 Usage, in an application's pod template (this chart as a dependency, or a copy of this file):
 
   spec:
-    terminationGracePeriodSeconds: 45   # app drain + pooler accept_window + margin (see README)
-    initContainers:
-      {{- include "droid-pool.sidecar" (dict "root" $ "configMap" "orders-pooler") | nindent 6 }}
-    containers:
-      - name: app
-        env:
-          - name: DATABASE_URL
-            value: postgres://app@127.0.0.1:6432/app
-    volumes:
-      {{- include "droid-pool.sidecarVolumes" (dict "root" $ "configMap" "orders-pooler" "passwordSecret" "orders-db") | nindent 6 }}
+    template:
+      metadata:
+        labels:
+          app: orders
+          {{- include "droid-pool.sidecarPodLabels" (dict "poolConfig" "orders") | nindent 10 }}
+      spec:
+        terminationGracePeriodSeconds: 45   # app drain + pooler accept_window + margin (see README)
+        initContainers:
+          {{- include "droid-pool.sidecar" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db") | nindent 10 }}
+        containers:
+          - name: app
+            env:
+              - name: DATABASE_URL
+                value: postgres://app@127.0.0.1:6432/app
+        volumes:
+          {{- include "droid-pool.sidecarVolumes" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db") | nindent 10 }}
 
-Arguments (a dict): root (the chart context, for the image and .Values.sidecar defaults);
-configMap (required: the ConfigMap with key droid-pool.yaml, e.g. the one a PoolConfig with a
-sidecar target renders); passwordSecret (optional: the Secret of the PoolConfig's
-spec.server.passwordSecret, mounted at /var/run/droid-pool/server where the operator's rendered
-server.password_file points); passwordKey (optional, default "password": the Secret key, which
-is also the file name); clientPasswordsSecret (optional: the PoolConfig's
-spec.clientAuth.passwordsSecret for md5/scram-sha-256 clients, mounted at
-/var/run/droid-pool/client-passwords); resources (optional, defaults to .Values.sidecar.resources).
+Arguments (a dict; all but configMap optional):
+  configMap              required: the ConfigMap with key droid-pool.yaml, e.g. the one a
+                         PoolConfig with a sidecar target renders (spec.target.sidecar.configMapName)
+  passwordSecret         the Secret of the PoolConfig's spec.server.passwordSecret, mounted at
+                         /var/run/droid-pool/server where the operator's server.password_file points
+  passwordKey            the Secret key, also the file name (default "password")
+  clientPasswordsSecret  the PoolConfig's spec.clientAuth.passwordsSecret (md5/scram-sha-256
+                         clients), mounted at /var/run/droid-pool/client-passwords
+  image                  a reference string, or a dict like this chart's .Values.image
+                         (repository, tag, digest, pullPolicy); default: the image of this
+                         chart's appVersion (droid-pool.sidecarDefaultImage)
+  imagePullPolicy        default: image.pullPolicy, else IfNotPresent
+  containerName          default "droid-pool"
+  resources              default: requests cpu 50m / memory 32Mi, limit memory 128Mi
+  root                   accepted for compatibility with earlier versions, and ignored
+The ports are those the operator's rendered config sets: PostgreSQL on 127.0.0.1:6432, the
+admin server (probes, /metrics) on 0.0.0.0:9127, container port "pooler-admin".
 
 The ConfigMap is mounted as a directory, never with subPath: the kubelet then swaps its ..data
 symlink on a change and the pooler hot-reloads it; a subPath mount would never see an update.
 */}}
+
+{{/* This chart's image at its appVersion. A literal: in a parent chart .Chart is the parent's.
+scripts/check_packaging.py fails when the tag differs from Chart.yaml's appVersion. */}}
+{{- define "droid-pool.sidecarDefaultRepository" -}}ghcr.io/droid-pool/droid-pool{{- end }}
+{{- define "droid-pool.sidecarDefaultTag" -}}0.1.0{{- end }}
+{{- define "droid-pool.sidecarDefaultImage" -}}
+{{- printf "%s:%s" (include "droid-pool.sidecarDefaultRepository" .) (include "droid-pool.sidecarDefaultTag" .) }}
+{{- end }}
+
+{{/* The image reference of the sidecar's "image" argument (see above). */}}
+{{- define "droid-pool.sidecarImage" -}}
+{{- $img := .image | default dict }}
+{{- if kindIs "string" $img }}
+{{- $img }}
+{{- else if $img.digest }}
+{{- printf "%s@%s" (default (include "droid-pool.sidecarDefaultRepository" .) $img.repository) $img.digest }}
+{{- else }}
+{{- printf "%s:%s" (default (include "droid-pool.sidecarDefaultRepository" .) $img.repository) (default (include "droid-pool.sidecarDefaultTag" .) $img.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Pod labels for a pod with the sidecar: the PodMonitor's default selector
+(metrics.podMonitor.sidecarSelector), and the PoolConfig name it copies into the poolconfig
+label of the pooler's metrics. Arguments: poolConfig (required). */}}
+{{- define "droid-pool.sidecarPodLabels" -}}
+droidpool.io/pooler: sidecar
+droidpool.io/poolconfig: {{ required "droid-pool.sidecarPodLabels: poolConfig is required" .poolConfig | quote }}
+{{- end }}
+
 {{- define "droid-pool.sidecar" -}}
-{{- $root := required "droid-pool.sidecar: root is required" .root -}}
 {{- $cm := required "droid-pool.sidecar: configMap is required" .configMap -}}
-{{- $sc := $root.Values.sidecar -}}
-- name: {{ $sc.containerName }}
-  image: {{ include "droid-pool.image" $root | quote }}
-  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+{{- $img := .image | default dict }}
+{{- $pullPolicy := .imagePullPolicy | default (and (kindIs "map" $img) $img.pullPolicy) | default "IfNotPresent" }}
+{{- $resources := .resources | default (dict "requests" (dict "cpu" "50m" "memory" "32Mi") "limits" (dict "memory" "128Mi")) -}}
+- name: {{ .containerName | default "droid-pool" }}
+  image: {{ include "droid-pool.sidecarImage" . | quote }}
+  imagePullPolicy: {{ $pullPolicy }}
   restartPolicy: Always
   args: ["--config", "/etc/droid-pool/droid-pool.yaml"]
   ports:
@@ -54,16 +103,18 @@ symlink on a change and the pooler hot-reloads it; a subPath mount would never s
       port: pooler-admin
     periodSeconds: 10
     failureThreshold: 3
+  # Three misses, not one: a single slow answer must not take the whole application pod out
+  # of its Services' endpoints. A drain still leaves them at once (terminating pods are dropped).
   readinessProbe:
     httpGet:
       path: /readyz
       port: pooler-admin
     periodSeconds: 2
-    failureThreshold: 1
+    failureThreshold: 3
   resources:
-    {{- toYaml (default $sc.resources .resources) | nindent 4 }}
+    {{- toYaml $resources | nindent 4 }}
   securityContext:
-    {{- include "droid-pool.containerSecurityContext" $root | nindent 4 }}
+    {{- include "droid-pool.containerSecurityContext" . | nindent 4 }}
   volumeMounts:
     - name: droid-pool-config
       mountPath: /etc/droid-pool
