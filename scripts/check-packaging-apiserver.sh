@@ -109,7 +109,8 @@ while read -r want ns verb resource subresource; do
   can "$want" "$ns" "$verb" "$resource" $subresource
 done <"$OUT/can-i.txt"
 # ... and nothing outside it.
-can no apps create serviceaccounts
+# It makes the poolers' ServiceAccounts, but can mint no token for any.
+can no apps create serviceaccounts --subresource=token
 can no apps create rolebindings.rbac.authorization.k8s.io
 can no apps create pods --subresource=exec
 can no default list nodes

@@ -175,6 +175,31 @@ validate_manifests "$OUT/kustomize/kind-e2e.yaml"
 "$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
   || die "deploy/ or tests/kind/manifests breaks the restricted profile"
 
+# --- what the operator renders --------------------------------------------------
+# `droid-pool-operator render` prints the objects the operator would write for a PoolConfig
+# (no cluster needed): every PoolConfig we ship, in the chart's renders and in deploy/, is
+# rendered, validated like the rest, and its pooler pods held to the restricted profile.
+section "operator renders (droid-pool-operator render)"
+cargo build --quiet --bin droid-pool-operator || die "cargo build --bin droid-pool-operator"
+OPERATOR=$(cargo metadata --no-deps --format-version 1 --offline \
+  | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/droid-pool-operator
+mkdir -p "$OUT/operator"
+rendered=()
+for src in "$OUT"/chart/*.yaml "$OUT"/kustomize/{examples,kind-e2e}.yaml; do
+  grep -q "^kind: PoolConfig" "$src" || continue
+  out="$OUT/operator/$(basename "$(dirname "$src")")-$(basename "$src")"
+  "$OPERATOR" render --poolers 3 "$src" >"$out" || die "droid-pool-operator render $src"
+  grep -q "^kind: Deployment" "$out" || grep -q "^kind: ConfigMap" "$out" || die "nothing rendered for $src"
+  rendered+=("$out")
+done
+[[ ${#rendered[@]} -gt 0 ]] || die "no PoolConfig found to render"
+grep -lq "^kind: Deployment" "${rendered[@]}" || die "no rendered PoolConfig has a deployment target"
+"$VENV/bin/kubernetes-validate" -k 1.29.0 --strict --quiet --no-warn "${rendered[@]}" \
+  || die "kubernetes-validate rejected what the operator renders"
+"$PY" scripts/check_packaging.py restricted "${rendered[@]}" \
+  || die "a pod the operator renders breaks the restricted profile"
+echo "check-packaging: operator renders of ${#rendered[@]} files pass the restricted profile"
+
 # --- chaos/ -------------------------------------------------------------------
 section "chaos/ manifests"
 chaos_files=(chaos/block-postgres-20s.yaml chaos/block-postgres-20s-external.yaml)

@@ -26,6 +26,15 @@ struct Cli {
 enum Command {
     /// Print the PoolConfig CustomResourceDefinition as YAML.
     Crd,
+    /// Print the objects the operator would write for the PoolConfigs in FILE (YAML, several
+    /// documents allowed; other kinds are skipped), without a cluster.
+    Render {
+        /// A file of PoolConfigs (`-`: standard input).
+        file: std::path::PathBuf,
+        /// The poolers a `maxServerConnections` budget is split over.
+        #[arg(long, default_value_t = 1)]
+        poolers: u32,
+    },
     /// Run the controller (the default).
     Run,
 }
@@ -73,8 +82,48 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Render { file, poolers }) => match render_file(&file, poolers) {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                ExitCode::FAILURE
+            }
+        },
         Some(Command::Run) | None => serve(cli.run),
     }
+}
+
+/// The objects for every PoolConfig in `file`, as YAML documents. A PoolConfig read from a
+/// file has no uid or namespace yet: placeholders stand in (the owner reference needs one).
+fn render_file(file: &std::path::Path, poolers: u32) -> anyhow::Result<String> {
+    use serde::Deserialize;
+    let text = if file == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(file)?
+    };
+    let mut out = String::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_json::Value::deserialize(doc)?;
+        if value.get("kind").and_then(|k| k.as_str()) != Some("PoolConfig") {
+            continue;
+        }
+        let mut pc: droid_pool::operator::crd::PoolConfig = serde_json::from_value(value)?;
+        pc.metadata
+            .namespace
+            .get_or_insert_with(|| "default".into());
+        pc.metadata
+            .uid
+            .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+        for obj in droid_pool::operator::render::preview(&pc, poolers)? {
+            out.push_str("---\n");
+            out.push_str(&serde_yaml::to_string(&obj)?);
+        }
+    }
+    Ok(out)
 }
 
 fn serve(args: RunArgs) -> ExitCode {

@@ -75,11 +75,20 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
             sidecar_owners(&mapper_store.state(), &pod)
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "reconcile attempt failed"),
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            // A deleted PoolConfig is never reconciled again: drop its condition series.
+            let state = store.state();
+            ctx.metrics.retain_poolconfigs(|ns, name| {
+                state
+                    .iter()
+                    .any(|pc| pc.namespace().as_deref() == Some(ns) && pc.name_any() == name)
+            });
+            async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),
+                    Err(e) => tracing::debug!(error = %e, "reconcile attempt failed"),
+                }
             }
         });
     tokio::select! {

@@ -3,13 +3,14 @@
 //! after a switch to sidecars, and the `Ready` verdict read from the Deployment.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::claim::owned_by;
 use super::crd::{DeploymentTarget, PoolConfig};
 use super::reconcile::{event, Context, Error, FIELD_MANAGER};
 use super::render::{self, Rendered};
@@ -26,6 +27,13 @@ pub(super) async fn deploy(
 ) -> Result<Verdict, Error> {
     let unstored = || Error::Unstored(pc.name_any());
     let name = pc.name_any();
+    let sa = render::service_account(pc).ok_or_else(unstored)?;
+    apply(
+        Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns),
+        &render::service_account_name(pc),
+        &sa,
+    )
+    .await?;
     let d = render::deployment(pc, t, cm_name, rendered).ok_or_else(unstored)?;
     let live = apply(
         Api::<Deployment>::namespaced(ctx.client.clone(), ns),
@@ -46,21 +54,41 @@ pub(super) async fn deploy(
         // Same fields in policy/v1 and policy/v1beta1; only the version differs.
         pdb["apiVersion"] = ctx.pdb.api_version.clone().into();
         apply(pdbs, &name, &pdb).await?;
-    } else {
-        delete_if_present(pdbs.delete(&name, &DeleteParams::default()).await)?;
+    } else if let Some(p) = pdbs.get_opt(&name).await? {
+        if owned_by(&p, pc) {
+            delete_if_present(pdbs.delete(&name, &DeleteParams::default()).await)?;
+        }
     }
-    let desired = live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let ready = live
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    let message = format!("{ready}/{desired} pooler pods ready");
-    Ok(match (desired, ready >= desired) {
-        (0, _) => Verdict::new(READY, false, "ScaledToZero", message),
-        (_, true) => Verdict::new(READY, true, "PoolersReady", message),
-        (_, false) => Verdict::new(READY, false, "PoolersNotReady", message),
-    })
+    Ok(rollout(&live))
+}
+
+/// `Ready` from a Deployment: its rollout of the current template has completed. The
+/// controller has seen the newest generation, every desired pod runs it and is available,
+/// and no pod of an older template is left (those still serve the old settings).
+pub(super) fn rollout(d: &Deployment) -> Verdict {
+    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    let seen = st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0);
+    let updated = st.updated_replicas.unwrap_or(0);
+    let available = st.available_replicas.unwrap_or(0);
+    let total = st.replicas.unwrap_or(0);
+    let old = (total - updated).max(0);
+    let message = format!(
+        "{updated}/{desired} pooler pods updated, {available} available, {old} of an older \
+         version left"
+    );
+    if desired == 0 {
+        return Verdict::new(READY, false, "ScaledToZero", message);
+    }
+    if !seen {
+        let m = "the Deployment controller has not seen the newest template yet".to_owned();
+        return Verdict::new(READY, false, "RolloutInProgress", m);
+    }
+    if updated >= desired && available >= desired && old == 0 {
+        Verdict::new(READY, true, "PoolersReady", message)
+    } else {
+        Verdict::new(READY, false, "RolloutInProgress", message)
+    }
 }
 
 /// After a switch from the deployment target to sidecars, removes the poolers this
@@ -71,24 +99,41 @@ pub(super) async fn undeploy(pc: &PoolConfig, ctx: &Context, ns: &str) -> Result
     let Some(d) = deployments.get_opt(&name).await? else {
         return Ok(());
     };
-    let ours = d
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == pc.uid().as_ref());
-    if !ours {
+    if !owned_by(&d, pc) {
         return Ok(());
     }
     let dp = DeleteParams::default();
     delete_if_present(deployments.delete(&name, &dp).await)?;
+    // Each only if it is this PoolConfig's: a same-named object of someone else stays.
     let services = Api::<Service>::namespaced(ctx.client.clone(), ns);
-    delete_if_present(services.delete(&name, &dp).await)?;
+    if services
+        .get_opt(&name)
+        .await?
+        .is_some_and(|o| owned_by(&o, pc))
+    {
+        delete_if_present(services.delete(&name, &dp).await)?;
+    }
     let pdbs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &ctx.pdb);
-    delete_if_present(pdbs.delete(&name, &dp).await)?;
+    if pdbs.get_opt(&name).await?.is_some_and(|o| owned_by(&o, pc)) {
+        delete_if_present(pdbs.delete(&name, &dp).await)?;
+    }
+    let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns);
+    let sa = render::service_account_name(pc);
+    if accounts
+        .get_opt(&sa)
+        .await?
+        .is_some_and(|o| owned_by(&o, pc))
+    {
+        delete_if_present(accounts.delete(&sa, &dp).await)?;
+    }
     let v = Verdict::new(
         READY,
         true,
         "PoolersRemoved",
-        format!("target is now sidecar: deleted the Deployment, Service and PDB {name}"),
+        format!(
+            "target is now sidecar: deleted the Deployment, Service, PDB {name} and \
+             ServiceAccount {sa}"
+        ),
     );
     event(ctx, pc, EventType::Normal, &v).await;
     Ok(())

@@ -2,9 +2,10 @@
 //! The registry is owned (never the process-wide default), so tests can run several
 //! controllers in one process. Labels are bounded: result and reason.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -12,7 +13,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio_util::sync::CancellationToken;
 
 /// Every metric of one operator process, plus the readiness latch its `/readyz` reports.
@@ -25,6 +27,11 @@ pub struct Metrics {
     pub duration: Histogram,
     /// 1 while this process holds the leader Lease.
     pub leader: IntGauge,
+    /// Per PoolConfig and condition type: 1 while the condition is True. For alerts on a
+    /// Degraded or Stalled PoolConfig; one series per condition of each PoolConfig.
+    conditions: IntGaugeVec,
+    /// The (namespace, name) pairs `conditions` has series for, so deleted ones are dropped.
+    reported: Mutex<BTreeSet<(String, String)>>,
     ready: AtomicBool,
 }
 
@@ -53,15 +60,53 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         registry.register(Box::new(duration.clone()))?;
+        let conditions = IntGaugeVec::new(
+            Opts::new(
+                "poolconfig_condition",
+                "Whether a PoolConfig's condition of this type is True (1) or not (0)",
+            ),
+            &["namespace", "poolconfig", "type"],
+        )?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(conditions.clone()))?;
         Ok(Metrics {
             registry,
             reconciles,
             failures,
             duration,
             leader,
+            conditions,
+            reported: Mutex::new(BTreeSet::new()),
             ready: AtomicBool::new(false),
         })
+    }
+
+    /// Publishes the conditions just written to a PoolConfig's status.
+    pub fn set_conditions(&self, ns: &str, name: &str, conditions: &[Condition]) {
+        for c in conditions {
+            let value = i64::from(c.status == "True");
+            self.conditions
+                .with_label_values(&[ns, name, c.type_.as_str()])
+                .set(value);
+        }
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((ns.to_owned(), name.to_owned()));
+    }
+
+    /// Drops the series of PoolConfigs for which `exists` is false (deleted ones).
+    pub fn retain_poolconfigs(&self, exists: impl Fn(&str, &str) -> bool) {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        reported.retain(|(ns, name)| {
+            if exists(ns, name) {
+                return true;
+            }
+            for t in super::status::TYPES {
+                let _ = self.conditions.remove_label_values(&[ns, name, t]);
+            }
+            false
+        });
     }
 
     /// Records one reconciliation.

@@ -2,6 +2,7 @@
 //! ConfigMap that sidecars mount) and, for the deployment target, into a Deployment, Service
 //! and PodDisruptionBudget of poolers. Shares only `config` types with the rest of the crate.
 
+mod claim;
 pub mod controller;
 pub mod crd;
 mod deploy;

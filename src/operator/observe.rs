@@ -9,6 +9,7 @@ use kube::core::{ApiResource, Selector};
 use kube::{Client, ResourceExt};
 
 use super::crd::{DeploymentTarget, PoolConfig, SidecarTarget, Target};
+use super::render;
 
 /// Why the poolers could not be counted.
 #[derive(Debug, thiserror::Error)]
@@ -22,9 +23,11 @@ pub enum ObserveError {
 
 /// Counts the poolers of `pc`.
 ///
-/// Deployment: `max(desired, existing)` replicas, so while a scale-down still has old pods
-/// running the total stays within the budget. Sidecars: the selected pods that are neither
-/// finished nor being deleted (1 without a selector).
+/// Deployment: `max(desired, pods)`, where pods are the Deployment's pods that have not
+/// finished, terminating ones included (a draining pooler still holds connections, and the
+/// Deployment's `status.replicas` leaves them out), so through a rollout or a scale-down the
+/// total stays within the budget. Sidecars: the selected pods that have not finished,
+/// terminating ones included (1 without a selector).
 pub async fn poolers(client: &Client, ns: &str, pc: &PoolConfig) -> Result<u32, ObserveError> {
     match &pc.spec.target {
         Target::Deployment(t) => Ok(deployed(client, ns, pc, t).await?),
@@ -47,7 +50,18 @@ async fn deployed(
         .and_then(|d| d.status.as_ref()?.replicas)
         .unwrap_or(0);
     let desired = t.replicas.or(live_desired).unwrap_or(1);
-    Ok(u32::try_from(desired.max(existing)).unwrap_or(0))
+    let selector = render::selector_labels(pc)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    // Evicted pods stay listed as Failed: only those that have not finished count.
+    let pods = pods.items.iter().filter(|p| counts(p)).count();
+    let pods = i32::try_from(pods).unwrap_or(i32::MAX);
+    Ok(u32::try_from(desired.max(existing).max(pods)).unwrap_or(0))
 }
 
 async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<u32, ObserveError> {
@@ -63,14 +77,13 @@ async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<u32, O
     Ok(u32::try_from(running).unwrap_or(u32::MAX))
 }
 
-/// A pod that holds (or will hold) server connections.
+/// A pod that holds (or will hold) server connections: any that has not finished, one
+/// being deleted included (its pooler drains, holding connections until it exits).
 fn counts(pod: &Pod) -> bool {
-    let finished = pod
-        .status
+    !pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    pod.metadata.deletion_timestamp.is_none() && !finished
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
 /// A Secret the spec names that is not there (or lacks the key).

@@ -16,12 +16,13 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use thiserror::Error;
 
+use super::claim;
 use super::crd::{PoolConfig, PoolConfigStatus, Target};
 use super::deploy::{self, apply};
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
 use super::render::{self, Rendered};
-use super::status::{self, Verdict, CONFIG_RENDERED, DEGRADED, READY};
+use super::status::{self, Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED};
 
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "droid-pool-operator";
@@ -29,6 +30,11 @@ pub const FIELD_MANAGER: &str = "droid-pool-operator";
 const RESYNC: Duration = Duration::from_secs(300);
 /// A missing Secret is checked again this often (it may be created any time).
 const SECRET_RETRY: Duration = Duration::from_secs(5);
+/// A name conflict is checked again this often (the other object may be removed any time,
+/// and it carries no label the watches would see).
+const CONFLICT_RETRY: Duration = Duration::from_secs(30);
+/// A rollout in progress is looked at again this often besides the Deployment's own events.
+const ROLLOUT_RETRY: Duration = Duration::from_secs(10);
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
 
@@ -124,9 +130,19 @@ pub async fn reconcile(pc: Arc<PoolConfig>, ctx: Arc<Context>) -> Result<Action,
     match &result {
         Ok(_) => ctx.forget_failures(&key(&pc)),
         Err(e) => {
-            // Best effort: the API server may be the thing that fails.
+            // The current generation is not applied: observedGeneration stays where it was,
+            // and a Ready earned by an older generation does not stand for this one.
             let v = Verdict::new(DEGRADED, true, "ApplyFailed", e.to_string());
-            if let Err(e2) = publish(&pc, &ctx, std::slice::from_ref(&v), None).await {
+            let mut verdicts = vec![
+                v.clone(),
+                Verdict::new(RECONCILING, true, "ApplyFailed", format!("retrying: {e}")),
+            ];
+            let observed = pc.status.as_ref().and_then(|s| s.observed_generation);
+            if observed != pc.metadata.generation {
+                verdicts.push(Verdict::new(READY, false, "ApplyFailed", e.to_string()));
+            }
+            // Best effort: the API server may be the thing that fails.
+            if let Err(e2) = publish(&pc, &ctx, &verdicts, None, false).await {
                 tracing::debug!(error = %e2, "cannot record the failure in status");
             }
             event(&ctx, &pc, EventType::Warning, &v).await;
@@ -159,6 +175,10 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
     };
+    if let Some(conflict) = claim::first_conflict(pc, ctx, &ns).await? {
+        not_rendered(pc, ctx, "NameConflict", conflict.to_string()).await?;
+        return Ok(Action::requeue(CONFLICT_RETRY));
+    }
     let cm_name = config_map_name(pc);
     let cm = render::config_map(pc, &cm_name, &rendered).ok_or(Error::Unstored(pc.name_any()))?;
     apply(
@@ -183,11 +203,30 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     };
     let (rendered_v, degraded) = rendered_verdicts(&rendered);
     let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
+    let rolling = !ready.status && ready.reason != "ScaledToZero";
+    let reconciling = if rolling {
+        Verdict::new(RECONCILING, true, ready.reason, ready.message.clone())
+    } else {
+        Verdict::new(
+            RECONCILING,
+            false,
+            "Applied",
+            "the current spec is applied".into(),
+        )
+    };
+    let stalled = Verdict::new(STALLED, false, "AsExpected", "no problem found".into());
     publish(
         pc,
         ctx,
-        &[ready, rendered_v.clone(), degraded.clone()],
+        &[
+            ready,
+            rendered_v.clone(),
+            degraded.clone(),
+            reconciling,
+            stalled,
+        ],
         Some(&rendered),
+        true,
     )
     .await?;
     if changed {
@@ -197,7 +236,11 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     if degraded.status {
         event(ctx, pc, EventType::Warning, &degraded).await;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(if rolling {
+        ROLLOUT_RETRY
+    } else {
+        RESYNC
+    }))
 }
 
 /// `ConfigRendered` and `Degraded` for a config that rendered and was applied.
@@ -228,15 +271,10 @@ fn rendered_verdicts(rendered: &Rendered) -> (Verdict, Verdict) {
     (rendered_v, degraded)
 }
 
-/// The ConfigMap's name: the sidecar target names it; a deployment's is `<name>-config`.
-pub fn config_map_name(pc: &PoolConfig) -> String {
-    match &pc.spec.target {
-        Target::Sidecar(t) => t.config_map_name.clone(),
-        Target::Deployment(_) => format!("{}-config", pc.name_any()),
-    }
-}
+pub use super::render::config_map_name;
 
-/// Records a spec or Secret problem: nothing is applied until it is fixed.
+/// Records a problem only a human can fix (an invalid spec, a missing Secret, a name
+/// conflict): nothing is applied until it is fixed.
 async fn not_rendered(
     pc: &PoolConfig,
     ctx: &Context,
@@ -246,22 +284,31 @@ async fn not_rendered(
     let verdicts = [
         Verdict::new(READY, false, reason, message.clone()),
         Verdict::new(CONFIG_RENDERED, false, reason, message.clone()),
-        Verdict::new(DEGRADED, true, reason, message),
+        Verdict::new(DEGRADED, true, reason, message.clone()),
+        Verdict::new(RECONCILING, false, reason, "waiting for a change".into()),
+        Verdict::new(STALLED, true, reason, message),
     ];
-    publish(pc, ctx, &verdicts, None).await?;
+    publish(pc, ctx, &verdicts, None, true).await?;
     event(ctx, pc, EventType::Warning, &verdicts[1]).await;
     // A spec error waits for a spec change (the watch brings it).
     Ok(Action::await_change())
 }
 
+/// Publishes the status; `observed`: the current generation has been acted on (applied, or
+/// found to need a human), so `observedGeneration` moves to it.
 async fn publish(
     pc: &PoolConfig,
     ctx: &Context,
     verdicts: &[Verdict],
     rendered: Option<&Rendered>,
+    observed: bool,
 ) -> Result<(), Error> {
     let old = pc.status.clone().unwrap_or_default();
-    let generation = pc.metadata.generation;
+    let generation = if observed {
+        pc.metadata.generation
+    } else {
+        old.observed_generation
+    };
     let status = PoolConfigStatus {
         observed_generation: generation,
         config_hash: rendered.map(|r| r.hash.clone()).or(old.config_hash),
@@ -271,8 +318,8 @@ async fn publish(
         replicas: rendered.map(|r| r.sizing.poolers).or(old.replicas),
         conditions: status::conditions(&old.conditions, verdicts, generation, Timestamp::now()),
     };
-    let api =
-        Api::<PoolConfig>::namespaced(ctx.client.clone(), &pc.namespace().unwrap_or_default());
+    let ns = pc.namespace().unwrap_or_default();
+    let api = Api::<PoolConfig>::namespaced(ctx.client.clone(), &ns);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch_status(
         &pc.name_any(),
@@ -280,6 +327,8 @@ async fn publish(
         &Patch::Apply(status::patch(&status)),
     )
     .await?;
+    ctx.metrics
+        .set_conditions(&ns, &pc.name_any(), &status.conditions);
     Ok(())
 }
 

@@ -7,9 +7,15 @@ use serde_json::{json, Value};
 
 use super::crd::PoolConfigStatus;
 
-/// The pooler settings reached the poolers (sidecars: ConfigMap written; deployment: the
-/// Deployment has all its pods ready).
+/// The current spec reached the poolers: sidecars, its ConfigMap is written; a deployment,
+/// its rollout completed (every pod updated and available, no old pod left).
 pub const READY: &str = "Ready";
+/// kstatus: the operator is still working towards the current spec (a rollout in progress,
+/// an API error being retried). Flux and Argo CD wait while it is True.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: the operator cannot make progress without a human (an invalid spec, a missing
+/// Secret, a name conflict).
+pub const STALLED: &str = "Stalled";
 /// The spec rendered into a valid pooler config and the ConfigMap holds it.
 pub const CONFIG_RENDERED: &str = "ConfigRendered";
 /// Something needs a human: an invalid spec, a missing Secret, an API error, or a budget too
@@ -74,11 +80,11 @@ pub fn conditions(
     out
 }
 
+/// Every condition type the operator writes, in status order.
+pub const TYPES: [&str; 5] = [READY, CONFIG_RENDERED, DEGRADED, RECONCILING, STALLED];
+
 fn order(type_: &str) -> usize {
-    [READY, CONFIG_RENDERED, DEGRADED]
-        .iter()
-        .position(|t| *t == type_)
-        .unwrap_or(usize::MAX)
+    TYPES.iter().position(|t| *t == type_).unwrap_or(usize::MAX)
 }
 
 /// The server-side-apply body of the status subresource.

@@ -5,6 +5,7 @@
 mod conditions;
 mod mock;
 mod process;
+mod production;
 mod rbac;
 mod reconcile;
 mod schema;

@@ -46,7 +46,7 @@ fn context(client: Client) -> Arc<Context> {
 }
 
 /// A stored sidecar PoolConfig without selector or Secrets: its reconcile makes exactly
-/// these calls, in order: apply the ConfigMap, look for a Deployment left from a deployment
+/// these calls, in order: look up the ConfigMap's name, apply the ConfigMap, look for a Deployment left from a deployment
 /// target, apply the status, then post Events.
 fn pool_config() -> Arc<PoolConfig> {
     Arc::new(
@@ -96,12 +96,18 @@ async fn expect(handle: &mut ApiHandle, method: Method, path_part: &str, respons
     send.send_response(response);
 }
 
+/// No takeover: the ConfigMap's name is looked up before the apply (free here).
+async fn expect_name_free(handle: &mut ApiHandle) {
+    expect(handle, Method::GET, "/configmaps/web-pool", status(404)).await;
+}
+
 #[tokio::test]
 async fn api_errors_are_counted_and_retried_with_growing_backoff() {
     let (client, mut handle) = mock_client();
     let ctx = context(client);
     let pc = pool_config();
     let run = tokio::spawn(reconcile(pc.clone(), ctx.clone()));
+    expect_name_free(&mut handle).await;
     expect(
         &mut handle,
         Method::PATCH,
@@ -131,6 +137,7 @@ async fn api_errors_are_counted_and_retried_with_growing_backoff() {
 
     // A success resets the backoff.
     let run = tokio::spawn(reconcile(pc.clone(), ctx.clone()));
+    expect_name_free(&mut handle).await;
     expect(
         &mut handle,
         Method::PATCH,
@@ -179,6 +186,7 @@ async fn a_dropped_connection_and_a_conflict_have_their_own_labels() {
     assert_eq!(err.metric_label(), "transport");
 
     let run = tokio::spawn(reconcile(pool_config(), ctx.clone()));
+    expect_name_free(&mut handle).await;
     expect(
         &mut handle,
         Method::PATCH,

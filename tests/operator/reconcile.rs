@@ -1,7 +1,7 @@
 //! The controller, in process, against the real API server: the objects, status, Events and
 //! budget recomputation it produces. No kubelet runs, so no pod ever starts: pods the tests
 //! create stay Pending (they still count as sidecar poolers), and Deployments never report
-//! ready replicas, so a deployment's `Ready` stays False with reason `PoolersNotReady`.
+//! status, so a deployment's `Ready` stays False with reason `RolloutInProgress`.
 
 use droid_pool::config::Config;
 use droid_pool::operator::crd::PoolConfig;
@@ -36,8 +36,19 @@ pub(crate) async fn get(client: &Client, ns: &str, name: &str) -> PoolConfig {
 }
 
 pub(crate) async fn pending_pod(client: &Client, ns: &str, name: &str, app: &str) {
+    pod(client, ns, name, json!({"app": app}), json!([])).await;
+}
+
+/// A pod that stays Pending (no kubelet); with finalizers, a delete leaves it terminating.
+pub(crate) async fn pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    labels: serde_json::Value,
+    finalizers: serde_json::Value,
+) {
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": app}},
+        "metadata": {"name": name, "labels": labels, "finalizers": finalizers},
         "spec": {"automountServiceAccountToken": false,
                  "containers": [{"name": "app", "image": "example/app:1"}]}
     }))
@@ -202,14 +213,28 @@ pub(crate) async fn secret(client: &Client, ns: &str, name: &str, key: &str) {
         .expect("create secret");
 }
 
+/// A fresh namespace holding the Secrets `deployed` names, and a controller watching it.
+pub(crate) async fn with_secrets(client: &Client, name: &str) -> (String, Running) {
+    support::install_crd(client).await;
+    let ns = support::namespace(client, name).await;
+    secret(client, &ns, "db-cred", "password").await;
+    secret(client, &ns, "pooler-users", "app").await;
+    let op = Running::start(client, &ns).await;
+    (ns, op)
+}
+
+/// Waits until the ConfigMap `cm` holds pool size `want`.
+pub(crate) async fn wait_pool_size(client: &Client, ns: &str, cm: &str, want: usize) {
+    eventually(&format!("{cm}: pool size {want}"), || async {
+        pool_size(client, ns, cm).await.filter(|(s, _)| *s == want)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn deployment_target_and_replica_changes() {
     let client = support::client().await;
-    support::install_crd(&client).await;
-    let ns = support::namespace(&client, "deployed").await;
-    secret(&client, &ns, "db-cred", "password").await;
-    secret(&client, &ns, "pooler-users", "app").await;
-    let op = Running::start(&client, &ns).await;
+    let (ns, op) = with_secrets(&client, "deployed").await;
     let pc = support::create(&client, &ns, deployed("orders", json!({}))).await;
 
     let deploys = Api::<Deployment>::namespaced(client.clone(), &ns);
@@ -262,7 +287,7 @@ async fn deployment_target_and_replica_changes() {
         condition(&get(&client, &ns, "orders").await, "Ready")
     })
     .await;
-    assert_eq!(ready, ("False".into(), "PoolersNotReady".into()));
+    assert_eq!(ready, ("False".into(), "RolloutInProgress".into()));
 
     // An autoscaler (another field manager) scales to 4: the ConfigMap follows, the pods'
     // template does not change (no restart), and the operator does not scale back.

@@ -7,8 +7,9 @@ mod objects;
 mod tests;
 
 pub use objects::{
-    config_map, deployment, labels, pdb, service, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR,
-    CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+    config_map, deployment, labels, pdb, selector_labels, service, service_account,
+    service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR, CONFIG_KEY, PG_PORT,
+    RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
 };
 
 use std::net::IpAddr;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::crd::{self, PoolConfigSpec, Target};
+use super::crd::{self, PoolConfig, PoolConfigSpec, Target};
 use crate::config::{self, Config};
 
 /// Why a spec cannot be rendered; each message names the field to fix.
@@ -94,7 +95,7 @@ pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderErr
     config
         .validate()
         .map_err(|e| RenderError::Config(e.to_string()))?;
-    let yaml = serde_yaml::to_string(&config).map_err(|e| RenderError::Config(e.to_string()))?;
+    let yaml = minimal_yaml(&config)?;
     let restart_only = (
         &config.listen,
         config.admin.addr,
@@ -113,8 +114,90 @@ pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderErr
     })
 }
 
+/// The ConfigMap's name: the sidecar target names it; a deployment's is `<name>-config`.
+pub fn config_map_name(pc: &PoolConfig) -> String {
+    match &pc.spec.target {
+        Target::Sidecar(t) => t.config_map_name.clone(),
+        Target::Deployment(_) => format!("{}-config", kube::ResourceExt::name_any(pc)),
+    }
+}
+
+/// Every object the operator would write for `pc` with `poolers` poolers, as JSON: what
+/// `droid-pool-operator render` prints (a preview, and the input of the packaging check that
+/// holds the pooler pods to the `restricted` Pod Security profile). The PDB is `policy/v1`.
+pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, RenderError> {
+    let r = render(&pc.spec, poolers)?;
+    let json = |v: Result<serde_json::Value, serde_json::Error>| {
+        v.map_err(|e| RenderError::Config(e.to_string()))
+    };
+    let unstored = || RenderError::Config("the PoolConfig needs a namespace and a uid".into());
+    let cm_name = config_map_name(pc);
+    let mut out = vec![json(serde_json::to_value(
+        config_map(pc, &cm_name, &r).ok_or_else(unstored)?,
+    ))?];
+    if let Target::Deployment(t) = &pc.spec.target {
+        out.push(json(serde_json::to_value(
+            service_account(pc).ok_or_else(unstored)?,
+        ))?);
+        out.push(json(serde_json::to_value(
+            deployment(pc, t, &cm_name, &r).ok_or_else(unstored)?,
+        ))?);
+        out.push(json(serde_json::to_value(
+            service(pc, t).ok_or_else(unstored)?,
+        ))?);
+        if t.pod_disruption_budget.enabled {
+            out.push(json(serde_json::to_value(
+                pdb(pc, t).ok_or_else(unstored)?,
+            ))?);
+        }
+    }
+    Ok(out)
+}
+
+/// The first line of every rendered file: which operator wrote it.
+pub fn header() -> String {
+    format!(
+        "# Written by droid-pool-operator {}: only the settings that differ from the pooler's defaults.\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// `config` as YAML holding only what differs from `Config::default()`. Poolers refuse unknown
+/// keys, so writing every field would make the files of a newer operator (which knows more
+/// settings) unreadable for poolers of an older release; this way a new setting appears only
+/// where a PoolConfig uses it.
+fn minimal_yaml(config: &Config) -> Result<String, RenderError> {
+    let err = |e: serde_yaml::Error| RenderError::Config(e.to_string());
+    let mut value = serde_yaml::to_value(config).map_err(err)?;
+    let defaults = serde_yaml::to_value(Config::default()).map_err(err)?;
+    prune_defaults(&mut value, &defaults);
+    let body = match &value {
+        serde_yaml::Value::Mapping(m) if m.is_empty() => String::new(),
+        v => serde_yaml::to_string(v).map_err(err)?,
+    };
+    Ok(header() + &body)
+}
+
+/// Removes from `value` every mapping entry equal to the one in `defaults`, recursively;
+/// mappings left empty go too.
+fn prune_defaults(value: &mut serde_yaml::Value, defaults: &serde_yaml::Value) {
+    let (serde_yaml::Value::Mapping(map), serde_yaml::Value::Mapping(def)) = (value, defaults)
+    else {
+        return;
+    };
+    map.retain(|k, v| match def.get(k) {
+        Some(d) if d == v => false,
+        Some(d) => {
+            prune_defaults(v, d);
+            !matches!(v, serde_yaml::Value::Mapping(m) if m.is_empty())
+        }
+        None => true,
+    });
+}
+
 /// FNV-1a 64 as 16 hex digits: stable across Rust releases (unlike `DefaultHasher`), so an
-/// operator upgrade alone never changes a hash and never rolls pods.
+/// operator upgrade alone never changes the restart checksum and never rolls pods (the
+/// config hash follows the file, whose first line names the operator version: a reload).
 pub fn fnv1a_hex(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {

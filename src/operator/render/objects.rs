@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction, KeyToPath,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext,
-    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction,
+    KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -49,7 +50,7 @@ pub fn labels(pc: &PoolConfig) -> BTreeMap<String, String> {
 }
 
 /// The labels that select a deployment's pods: the stable subset of `labels`.
-fn selector_labels(pc: &PoolConfig) -> BTreeMap<String, String> {
+pub fn selector_labels(pc: &PoolConfig) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), "droid-pool".into()),
         ("app.kubernetes.io/instance".into(), pc.name_any()),
@@ -163,6 +164,37 @@ fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>)
     (volumes, mounts)
 }
 
+/// The ServiceAccount of the pooler pods: their own, not the namespace's `default`, and
+/// without an API token (a pooler never calls the Kubernetes API).
+pub fn service_account_name(pc: &PoolConfig) -> String {
+    format!("{}-pooler", pc.name_any())
+}
+
+/// The poolers' ServiceAccount (see `service_account_name`).
+pub fn service_account(pc: &PoolConfig) -> Option<ServiceAccount> {
+    Some(ServiceAccount {
+        metadata: meta(pc, service_account_name(pc), &owner(pc)?),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    })
+}
+
+/// The pooler container's security context: what the `restricted` Pod Security profile
+/// demands (no privilege escalation, every capability dropped, RuntimeDefault seccomp on the
+/// pod), plus a read-only root filesystem.
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
 /// The pooler container and its volumes.
 fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendered) -> PodSpec {
     let (volumes, mounts) = volumes(pc, config_map);
@@ -170,11 +202,17 @@ fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendere
     let grace = r.config.drain.timeout.as_secs_f64().ceil() as i64 + 5;
     PodSpec {
         termination_grace_period_seconds: Some(grace),
+        service_account_name: Some(service_account_name(pc)),
+        automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(POOLER_UID),
             run_as_group: Some(POOLER_UID),
             fs_group: Some(POOLER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
             ..PodSecurityContext::default()
         }),
         containers: vec![Container {
@@ -188,14 +226,12 @@ fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendere
             ports: Some(vec![port("postgres", PG_PORT), port("admin", ADMIN_PORT)]),
             startup_probe: Some(http_probe("/startupz", 1, 60)),
             liveness_probe: Some(http_probe("/livez", 10, 3)),
-            readiness_probe: Some(http_probe("/readyz", 2, 1)),
+            // Three misses (6 s) before a pod leaves the endpoints: one slow probe under load
+            // must not take a pooler out of the Service.
+            readiness_probe: Some(http_probe("/readyz", 2, 3)),
             resources: t.resources.clone(),
             volume_mounts: Some(mounts),
-            security_context: Some(SecurityContext {
-                allow_privilege_escalation: Some(false),
-                read_only_root_filesystem: Some(true),
-                ..SecurityContext::default()
-            }),
+            security_context: Some(container_security()),
             ..Container::default()
         }],
         volumes: Some(volumes),

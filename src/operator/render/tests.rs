@@ -144,7 +144,10 @@ fn secrets_are_files_never_values() {
         .lines()
         .filter(|l| l.trim_start().starts_with("password:"))
         .collect();
-    assert_eq!(password_lines, ["  password: null"], "{}", r.yaml);
+    assert!(password_lines.is_empty(), "{}", r.yaml);
+    assert!(r
+        .yaml
+        .contains("password_file: /var/run/droid-pool/server/password"));
 }
 
 #[test]
@@ -311,4 +314,160 @@ fn service_and_pdb_select_the_poolers() {
     assert_eq!(svc.ports.unwrap()[0].port, 6432);
     let pdb = pdb(&pc, &t).unwrap().spec.unwrap();
     assert_eq!(pdb.selector.unwrap().match_labels, svc.selector);
+}
+
+#[test]
+fn only_settings_that_differ_from_the_defaults_are_written() {
+    let r = render(&deployed(""), 3).unwrap();
+    assert!(r.yaml.starts_with(&header()), "{}", r.yaml);
+    assert!(r.yaml.contains(env!("CARGO_PKG_VERSION")));
+    // Nothing the defaults already say: the pool mode is transaction by default.
+    assert!(!r.yaml.contains("mode: transaction\n"), "{}", r.yaml);
+    assert!(r.yaml.contains("size: 10"), "{}", r.yaml);
+    let back = Config::from_yaml(&r.yaml, "cm".as_ref()).unwrap();
+    assert_eq!(back, r.config);
+}
+
+/// Every key the 0.1.0 pooler's config loader accepts (frozen: poolers of that release refuse
+/// any other, so an operator must not write one unless a PoolConfig asks for a newer setting).
+const POOLER_0_1_0_KEYS: &[&str] = &[
+    "listen.addr",
+    "listen.port",
+    "server.host",
+    "server.port",
+    "server.user",
+    "server.password",
+    "server.password_file",
+    "server.database",
+    "server.allow_cleartext_password",
+    "server.connect_timeout",
+    "server.idle_timeout",
+    "server.lifetime",
+    "server.lifetime_jitter",
+    "pool.mode",
+    "pool.size",
+    "pool.min_size",
+    "pool.max_waiting_clients",
+    "pool.query_wait_timeout",
+    "pool.reset_query",
+    "pool.server_round_robin",
+    "pool.track_prepared",
+    "pool.max_prepared_statements",
+    "pool.max_client_prepared_statements",
+    "pool.max_connecting",
+    "client.max_connections",
+    "client.max_pending_logins",
+    "client.max_pending_logins_per_ip",
+    "client.login_timeout",
+    "client.idle_timeout",
+    "client.max_message_size",
+    "client.tcp_keepalive",
+    "client.tcp_keepidle",
+    "client.tcp_keepintvl",
+    "client.tcp_keepcnt",
+    "client.tcp_user_timeout",
+    "client.buffer_size",
+    "client.max_startup_packet",
+    "client.max_startup_params",
+    "client.warm_sessions",
+    "auth.method",
+    "auth.user_methods",
+    "auth.allow_trust_on_network",
+    "auth.users_file",
+    "auth.passwords_dir",
+    "auth.auth_user",
+    "auth.auth_password",
+    "auth.auth_password_file",
+    "auth.auth_database",
+    "auth.auth_pool_size",
+    "auth.auth_cache_size",
+    "auth.auth_query",
+    "auth.auth_cache_ttl",
+    "auth.auth_negative_cache_ttl",
+    "tls.client.mode",
+    "tls.client.cert_file",
+    "tls.client.key_file",
+    "tls.server.sslmode",
+    "tls.server.ca_file",
+    "tls.server.cert_file",
+    "tls.server.key_file",
+    "log.format",
+    "log.events",
+    "admin.addr",
+    "admin.port",
+    "admin.token",
+    "admin.readiness_checks_backend",
+    "admin.pgbouncer_metric_names",
+    "admin.console_users",
+    "drain.mode",
+    "drain.accept_window",
+    "drain.timeout",
+    "backoff.base",
+    "backoff.cap",
+    "retry_budget.percent",
+    "retry_budget.window",
+    "retry_budget.min_per_second",
+    "breaker.consecutive_failures",
+    "breaker.failure_ratio",
+    "breaker.ratio_window",
+    "breaker.min_requests",
+    "breaker.cooldown_base",
+    "breaker.cooldown_cap",
+];
+
+/// The dotted paths of `v`'s leaves (a mapping under a frozen key counts as that key).
+fn key_paths(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+    match v {
+        serde_yaml::Value::Mapping(m) if !POOLER_0_1_0_KEYS.contains(&prefix) => {
+            for (k, v) in m {
+                let k = k.as_str().expect("string keys");
+                let path = if prefix.is_empty() {
+                    k.to_owned()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                key_paths(&path, v, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+#[test]
+fn rendered_files_hold_only_keys_the_0_1_0_pooler_accepts() {
+    // Every setting the PoolConfig offers today, on both targets.
+    let everything = "mode: session\ntrackPrepared: true\nmaxClientConnections: 500\n\
+         queryWaitTimeout: 15s\n\
+         retry: {backoffBase: 100ms, backoffCap: 5s, budgetPercent: 30, budgetWindow: 20s}\n\
+         breaker: {consecutiveFailures: 3, failurePercent: 40, cooldownBase: 1s, cooldownCap: 30s}\n\
+         drain: {mode: wait-for-clients, timeout: 40s}\n";
+    let specs = [
+        deployed(everything),
+        deployed(""),
+        sidecar_budget(50),
+        spec(&format!(
+            "poolSize: 4\nserver: {{host: db, port: 5433, database: app, user: app, \
+             passwordSecret: {{name: s, key: pw}}}}\n\
+             clientAuth: {{method: md5, passwordsSecret: users}}\n\
+             target: {{sidecar: {{configMapName: c}}}}\n{everything}"
+        )),
+    ];
+    for s in specs {
+        let r = render(&s, 2).unwrap();
+        let value: serde_yaml::Value = serde_yaml::from_str(&r.yaml).unwrap();
+        let mut paths = Vec::new();
+        key_paths("", &value, &mut paths);
+        assert!(!paths.is_empty());
+        for p in &paths {
+            assert!(
+                POOLER_0_1_0_KEYS.contains(&p.as_str()),
+                "{p} is not a 0.1.0 key:\n{}",
+                r.yaml
+            );
+        }
+        // And the loader (this crate is 0.1.0) takes the file as it is.
+        let back = Config::from_yaml(&r.yaml, "cm".as_ref()).unwrap();
+        back.validate().unwrap();
+        assert_eq!(back, r.config);
+    }
 }
