@@ -152,5 +152,11 @@ fn apply(shared: &Shared, loaded: Result<Config, ConfigError>) -> Result<bool, C
     shared.config.store(new.clone());
     shared.pools.apply(&new);
     shared.metrics.lifecycle.config_generation.inc();
+    // The file is compared whole (its hash included): a change of its comment alone, such as
+    // the operator version that wrote it, is a new file in force.
+    shared
+        .metrics
+        .lifecycle
+        .set_config_hash(new.file_hash.as_deref());
     Ok(true)
 }

@@ -89,6 +89,9 @@ impl Shared {
         let config = Arc::new(ConfigCell::new(config));
         let counters = Arc::new(Counters::default());
         let metrics = Arc::new(Metrics::new());
+        metrics
+            .lifecycle
+            .set_config_hash(config.load().file_hash.as_deref());
         let tls = Arc::new(TlsCell::default());
         let pools = Arc::new(Pools::new(
             config.clone(),
@@ -152,6 +155,7 @@ impl Shared {
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "config_generation": self.metrics.lifecycle.config_generation.get(),
+            "config_hash": self.config.load().file_hash.clone(),
             "started": l.is_started(),
             "ready": l.is_ready(),
             "paused": l.is_paused(),

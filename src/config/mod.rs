@@ -83,6 +83,22 @@ pub struct Config {
     pub retry_budget: crate::resilience::BudgetConfig,
     /// The circuit breaker around the backend.
     pub breaker: crate::resilience::BreakerConfig,
+    /// Not a setting: FNV-1a 64 (hex) of the config file as it was read, reported in
+    /// `/status` and `droidpool_config_info` so the operator can tell which file a pooler
+    /// has loaded (its `status.configHash` is the same hash of what it wrote).
+    #[serde(skip)]
+    pub file_hash: Option<String>,
+}
+
+/// FNV-1a 64 as 16 hex digits: stable across Rust releases and machines (unlike
+/// `DefaultHasher`), so the operator and every pooler compute the same hash of a file.
+pub fn fnv1a_hex(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// The admin HTTP server: probes, metrics, status, reload and drain.
@@ -378,7 +394,9 @@ impl Config {
                     path: path.clone(),
                     source,
                 })?;
-                Config::from_yaml(&text, path)?
+                let mut cfg = Config::from_yaml(&text, path)?;
+                cfg.file_hash = Some(fnv1a_hex(text.as_bytes()));
+                cfg
             }
             None => Config::default(),
         };

@@ -60,8 +60,20 @@ pub struct RetryMetrics {
     pub breaker_transitions: IntCounterVec,
 }
 
+impl LifecycleMetrics {
+    /// The config file in force changed (or was first read).
+    pub fn set_config_hash(&self, hash: Option<&str>) {
+        self.config_info.reset();
+        if let Some(h) = hash {
+            self.config_info.with_label_values(&[h]).set(1);
+        }
+    }
+}
+
 pub struct LifecycleMetrics {
     pub config_generation: IntGauge,
+    /// 1 for the hash of the config file in force (`hash` label; none without a file).
+    config_info: IntGaugeVec,
     pub reloads: IntCounterVec,
     /// 0 serving, 1 draining (accepting), 2 draining (listener closed), 3 stopped.
     pub drain_state: IntGauge,
@@ -88,6 +100,12 @@ fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCoun
     r.register(Box::new(c.clone()))
         .expect("each metric is registered once");
     c
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
 }
 
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
@@ -236,6 +254,7 @@ impl Metrics {
         };
         let lifecycle = LifecycleMetrics {
             config_generation: gauge(&r, "droidpool_config_generation", "Generation of the configuration in force (1 at start)."),
+            config_info: gauge_vec(&r, "droidpool_config_info", "1 for the FNV-1a hash of the config file in force (the PoolConfig status.configHash when the operator wrote it).", &["hash"]),
             reloads: counter_vec(&r, "droidpool_config_reloads_total", "Configuration reloads by result.", &["result"]),
             drain_state: gauge(&r, "droidpool_drain_state", "0 serving, 1 draining and accepting, 2 draining with the listener closed, 3 stopped."),
             drain_clients: counter_vec(&r, "droidpool_drain_clients_total", "Clients ended by a drain, by outcome.", &["outcome"]),

@@ -7,6 +7,7 @@ pub mod controller;
 pub mod crd;
 mod deploy;
 pub mod leader;
+mod loaded;
 pub mod metrics;
 pub mod observe;
 pub mod reconcile;

@@ -28,11 +28,21 @@ pub enum ObserveError {
 /// Deployment's `status.replicas` leaves them out), so through a rollout or a scale-down the
 /// total stays within the budget. Sidecars: the selected pods that have not finished,
 /// terminating ones included (1 without a selector).
-pub async fn poolers(client: &Client, ns: &str, pc: &PoolConfig) -> Result<u32, ObserveError> {
+pub async fn poolers(client: &Client, ns: &str, pc: &PoolConfig) -> Result<Poolers, ObserveError> {
     match &pc.spec.target {
         Target::Deployment(t) => Ok(deployed(client, ns, pc, t).await?),
         Target::Sidecar(t) => sidecars(client, ns, t).await,
     }
+}
+
+/// The poolers of a PoolConfig as counted for the budget.
+#[derive(Debug, Default)]
+pub struct Poolers {
+    /// How many share the budget (at least what the pods say).
+    pub count: u32,
+    /// The pods found (none for sidecars without a selector), whose poolers are asked which
+    /// config they have loaded.
+    pub pods: Vec<Pod>,
 }
 
 async fn deployed(
@@ -40,7 +50,7 @@ async fn deployed(
     ns: &str,
     pc: &PoolConfig,
     t: &DeploymentTarget,
-) -> Result<u32, kube::Error> {
+) -> Result<Poolers, kube::Error> {
     let live = Api::<Deployment>::namespaced(client.clone(), ns)
         .get_opt(&pc.name_any())
         .await?;
@@ -59,22 +69,31 @@ async fn deployed(
         .list(&ListParams::default().labels(&selector))
         .await?;
     // Evicted pods stay listed as Failed: only those that have not finished count.
-    let pods = pods.items.iter().filter(|p| counts(p)).count();
-    let pods = i32::try_from(pods).unwrap_or(i32::MAX);
-    Ok(u32::try_from(desired.max(existing).max(pods)).unwrap_or(0))
+    let pods: Vec<Pod> = pods.items.into_iter().filter(counts).collect();
+    let n = i32::try_from(pods.len()).unwrap_or(i32::MAX);
+    Ok(Poolers {
+        count: u32::try_from(desired.max(existing).max(n)).unwrap_or(0),
+        pods,
+    })
 }
 
-async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<u32, ObserveError> {
+async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<Poolers, ObserveError> {
     let Some(selector) = &t.pod_selector else {
-        return Ok(1);
+        return Ok(Poolers {
+            count: 1,
+            pods: Vec::new(),
+        });
     };
     let selector =
         Selector::try_from(selector.clone()).map_err(|e| ObserveError::Selector(e.to_string()))?;
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&selector.to_string()))
         .await?;
-    let running = pods.items.iter().filter(|p| counts(p)).count();
-    Ok(u32::try_from(running).unwrap_or(u32::MAX))
+    let pods: Vec<Pod> = pods.items.into_iter().filter(counts).collect();
+    Ok(Poolers {
+        count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        pods,
+    })
 }
 
 /// A pod that holds (or will hold) server connections: any that has not finished, one

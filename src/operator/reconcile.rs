@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::ApiResource;
@@ -19,6 +19,7 @@ use thiserror::Error;
 use super::claim;
 use super::crd::{PoolConfig, PoolConfigStatus, Target};
 use super::deploy::{self, apply};
+use super::loaded;
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
 use super::render::{self, Rendered};
@@ -171,7 +172,7 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         not_rendered(pc, ctx, "SecretNotFound", missing.message).await?;
         return Ok(Action::requeue(SECRET_RETRY));
     }
-    let rendered = match render::render(&pc.spec, poolers) {
+    let rendered = match render::render(&pc.spec, poolers.count) {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
     };
@@ -188,18 +189,26 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     )
     .await?;
     let ready = match &pc.spec.target {
-        Target::Sidecar(_) => {
+        Target::Sidecar(t) => {
             deploy::undeploy(pc, ctx, &ns).await?;
-            Verdict::new(
-                READY,
-                true,
-                "ConfigPublished",
-                format!(
-                    "ConfigMap {cm_name} holds the config; sidecars reload it without restarting"
-                ),
-            )
+            if t.pod_selector.is_none() {
+                Verdict::new(
+                    READY,
+                    true,
+                    "ConfigPublished",
+                    format!(
+                        "ConfigMap {cm_name} holds the config (set podSelector to have the \
+                         sidecars' loads confirmed)"
+                    ),
+                )
+            } else {
+                loaded_verdict(None, &poolers.pods, &rendered.hash, &cm_name).await
+            }
         }
-        Target::Deployment(t) => deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?,
+        Target::Deployment(t) => {
+            let rollout = deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?;
+            loaded_verdict(Some(rollout), &poolers.pods, &rendered.hash, &cm_name).await
+        }
     };
     let (rendered_v, degraded) = rendered_verdicts(&rendered);
     let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
@@ -241,6 +250,35 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     } else {
         RESYNC
     }))
+}
+
+/// `Ready` once the running poolers have loaded config `hash` (and, for a Deployment, its
+/// rollout verdict is Ready): each is asked which config it has loaded.
+async fn loaded_verdict(rollout: Option<Verdict>, pods: &[Pod], hash: &str, cm: &str) -> Verdict {
+    if let Some(v) = rollout.as_ref().filter(|v| !v.status) {
+        return v.clone();
+    }
+    let l = loaded::check(pods, hash).await;
+    let of = format!(
+        "{}/{} running poolers have loaded config {hash}",
+        l.current, l.asked
+    );
+    match (l.asked, l.all(), rollout) {
+        (_, false, _) => Verdict::new(
+            READY,
+            false,
+            "ConfigNotLoaded",
+            format!("{of} (a pod's mounted ConfigMap follows within about a minute)"),
+        ),
+        (0, true, None) => Verdict::new(
+            READY,
+            true,
+            "ConfigPublished",
+            format!("ConfigMap {cm} holds the config; no selected pooler runs yet"),
+        ),
+        (_, true, None) => Verdict::new(READY, true, "ConfigLoaded", of),
+        (_, true, Some(v)) => Verdict::new(READY, true, v.reason, format!("{}; {of}", v.message)),
+    }
 }
 
 /// `ConfigRendered` and `Degraded` for a config that rendered and was applied.

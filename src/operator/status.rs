@@ -7,8 +7,9 @@ use serde_json::{json, Value};
 
 use super::crd::PoolConfigStatus;
 
-/// The current spec reached the poolers: sidecars, its ConfigMap is written; a deployment,
-/// its rollout completed (every pod updated and available, no old pod left).
+/// The current spec reached the poolers: a deployment's rollout completed (every pod updated
+/// and available, no old pod left), and every running pooler that can be found (a
+/// deployment's, or a sidecar selector's) reports the current config hash as loaded.
 pub const READY: &str = "Ready";
 /// kstatus: the operator is still working towards the current spec (a rollout in progress,
 /// an API error being retried). Flux and Argo CD wait while it is True.

@@ -398,3 +398,55 @@ async fn server_is_used_while_its_reset_runs() {
     )
     .await;
 }
+
+/// The hash of the config file in force, as the operator computes it of what it wrote: in
+/// /status and as `droidpool_config_info{hash}`, following a reload even when only a comment
+/// changed (a new operator version's first line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loaded_config_files_hash_is_reported() {
+    let pg = support::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    let first = "# written by 0.1.0\npool:\n  size: 2\n";
+    std::fs::write(&file, first).unwrap();
+    let pooler = block_in_place(|| Pooler::start(pg, &["--config", file.to_str().unwrap()]));
+    let hash_of = |text: &str| droid_pool::config::fnv1a_hex(text.as_bytes());
+    let status = |p: &Pooler| -> serde_json::Value {
+        let (code, body) = block_in_place(|| p.admin_get("/status"));
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("status JSON")
+    };
+    assert_eq!(status(&pooler)["config_hash"], hash_of(first));
+    let text = scrape(&pooler);
+    assert_eq!(
+        metric(&text, "droidpool_config_info", &[("hash", &hash_of(first))]),
+        Some(1.0),
+        "{text}"
+    );
+    let second = "# written by 0.2.0\npool:\n  size: 2\n";
+    std::fs::write(&file, second).unwrap();
+    pooler.signal("HUP");
+    let until = Instant::now() + Duration::from_secs(5);
+    while status(&pooler)["config_hash"] != hash_of(second) {
+        assert!(
+            Instant::now() < until,
+            "hash not updated: {}",
+            status(&pooler)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = scrape(&pooler);
+    assert_eq!(
+        metric(
+            &text,
+            "droidpool_config_info",
+            &[("hash", &hash_of(second))]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "droidpool_config_info", &[("hash", &hash_of(first))]),
+        None,
+        "{text}"
+    );
+}

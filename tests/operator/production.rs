@@ -336,3 +336,131 @@ async fn terminating_pods_still_count_against_the_budget() {
     }
     op.stop().await;
 }
+
+/// A real pooler (the `droid-pool` binary) standing in for a pod's sidecar: it loads `file`
+/// and serves its admin port, where the operator asks which config it has loaded.
+struct Pooler {
+    child: std::process::Child,
+    admin: u16,
+}
+
+impl Pooler {
+    fn start(file: &std::path::Path) -> Pooler {
+        let admin = support::free_port();
+        let port = support::free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_droid-pool"))
+            .args(["--config", file.to_str().expect("path")])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--admin-port",
+                &admin.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start droid-pool");
+        Pooler { child, admin }
+    }
+
+    fn reload(&self) {
+        let pid = self.child.id().to_string();
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "SIGHUP the pooler");
+    }
+}
+
+impl Drop for Pooler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Running pod on 127.0.0.1 whose `pooler-admin` port is `admin`, as the kubelet would
+/// report it.
+async fn running_pod(client: &Client, ns: &str, name: &str, admin: u16) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "w"}},
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [{"name": "app", "image": "example/app:1",
+                                 "ports": [{"name": "pooler-admin", "containerPort": admin}]}]}
+    }))
+    .expect("pod");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    let status = json!({"status": {"phase": "Running", "podIP": "127.0.0.1",
+                                   "podIPs": [{"ip": "127.0.0.1"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("pod status");
+}
+
+#[tokio::test]
+async fn ready_means_every_running_pooler_loaded_the_current_config() {
+    let client = support::client().await;
+    let (ns, op) = with_secrets(&client, "loaded").await;
+    support::create(
+        &client,
+        &ns,
+        json!({"apiVersion": "droidpool.io/v1alpha1", "kind": "PoolConfig",
+               "metadata": {"name": "w"},
+               "spec": {"poolSize": 3, "server": {"host": "127.0.0.1"},
+                        "target": {"sidecar": {"configMapName": "w-pool",
+                                               "podSelector": {"matchLabels": {"app": "w"}}}}}}),
+    )
+    .await;
+    wait_pool_size(&client, &ns, "w-pool", 3).await;
+    let current = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("w-pool")
+        .await
+        .expect("cm")
+        .data
+        .expect("data")[droid_pool::operator::render::CONFIG_KEY]
+        .clone();
+    // Two sidecars: one has the current file, the other an older one (pool size 2).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    std::fs::write(&a, &current).expect("write");
+    std::fs::write(&b, current.replace("size: 3", "size: 2")).expect("write");
+    let (pa, pb) = (Pooler::start(&a), Pooler::start(&b));
+    running_pod(&client, &ns, "w-1", pa.admin).await;
+    running_pod(&client, &ns, "w-2", pb.admin).await;
+    let pc = eventually("ConfigNotLoaded 1/2", || async {
+        let pc = get(&client, &ns, "w").await;
+        let c = pc
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")?;
+        (c.reason == "ConfigNotLoaded" && c.message.starts_with("1/2 ")).then_some(pc)
+    })
+    .await;
+    assert_eq!(condition(&pc, "Ready").map(|c| c.0), Some("False".into()));
+    assert_eq!(
+        condition(&pc, "Reconciling"),
+        Some(("True".into(), "ConfigNotLoaded".into()))
+    );
+    // The kubelet's update arrives: the second pooler reloads the current file.
+    std::fs::write(&b, &current).expect("write");
+    pb.reload();
+    let pc = eventually("ConfigLoaded", || async {
+        let pc = get(&client, &ns, "w").await;
+        (condition(&pc, "Ready") == Some(("True".into(), "ConfigLoaded".into()))).then_some(pc)
+    })
+    .await;
+    let msg = &pc.status.as_ref().expect("status").conditions[0].message;
+    assert!(msg.starts_with("2/2 running poolers"), "{msg}");
+    assert_eq!(
+        condition(&pc, "Reconciling"),
+        Some(("False".into(), "Applied".into()))
+    );
+    op.stop().await;
+}

@@ -51,7 +51,7 @@ fn tools() -> PathBuf {
     shared.join("tools/kube-apiserver")
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local_addr").port()
 }

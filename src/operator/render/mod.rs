@@ -195,17 +195,7 @@ fn prune_defaults(value: &mut serde_yaml::Value, defaults: &serde_yaml::Value) {
     });
 }
 
-/// FNV-1a 64 as 16 hex digits: stable across Rust releases (unlike `DefaultHasher`), so an
-/// operator upgrade alone never changes the restart checksum and never rolls pods (the
-/// config hash follows the file, whose first line names the operator version: a reload).
-pub fn fnv1a_hex(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
+pub use crate::config::fnv1a_hex;
 
 fn duration(field: &'static str, value: &Option<String>) -> Result<Option<Duration>, RenderError> {
     value
