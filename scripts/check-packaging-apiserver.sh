@@ -119,7 +119,7 @@ can no apps get events
 echo "check-packaging: RBAC: the operator may do exactly what deploy/operator/clusterrole.yaml says ($(grep -c . "$OUT/can-i.txt") verbs checked, real authorizer)"
 
 # --- 2. our PoolConfigs ----------------------------------------------------------
-"$PY" - "$OUT"/chart/*.yaml "$OUT/kustomize/examples.yaml" "$OUT/kustomize/kind-e2e.yaml" \
+"$PY" - "$OUT"/chart/*.yaml "$OUT/kustomize/examples.yaml" "$OUT/kustomize/kind-e2e.yaml" deploy/examples/poolconfig-production.yaml \
   >"$OUT/poolconfigs.yaml" <<'PY'
 import sys, yaml
 docs = []

@@ -185,7 +185,7 @@ OPERATOR=$(cargo metadata --no-deps --format-version 1 --offline \
   | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/droid-pool-operator
 mkdir -p "$OUT/operator"
 rendered=()
-for src in "$OUT"/chart/*.yaml "$OUT"/kustomize/{examples,kind-e2e}.yaml; do
+for src in "$OUT"/chart/*.yaml "$OUT"/kustomize/{examples,kind-e2e}.yaml deploy/examples/*.yaml; do
   grep -q "^kind: PoolConfig" "$src" || continue
   out="$OUT/operator/$(basename "$(dirname "$src")")-$(basename "$src")"
   "$OPERATOR" render --poolers 3 "$src" >"$out" || die "droid-pool-operator render $src"

@@ -65,52 +65,50 @@ pub async fn first_conflict(
     ctx: &Context,
     ns: &str,
 ) -> Result<Option<Conflict>, kube::Error> {
-    let client = &ctx.client;
+    let c = &ctx.client;
     let cm = config_map_name(pc);
-    if let Some(c) = check(
-        Api::<ConfigMap>::namespaced(client.clone(), ns),
+    if let Some(found) = check(
+        Api::<ConfigMap>::namespaced(c.clone(), ns),
         "ConfigMap",
         &cm,
         pc,
     )
     .await?
     {
-        return Ok(Some(c));
+        return Ok(Some(found));
     }
     let Target::Deployment(_) = &pc.spec.target else {
         return Ok(None);
     };
     let name = pc.name_any();
-    let sa = render::service_account_name(pc);
-    let found = [
-        check(
-            Api::<Deployment>::namespaced(client.clone(), ns),
-            "Deployment",
-            &name,
-            pc,
-        )
-        .await?,
-        check(
-            Api::<Service>::namespaced(client.clone(), ns),
-            "Service",
-            &name,
-            pc,
-        )
-        .await?,
-        check(
-            Api::<ServiceAccount>::namespaced(client.clone(), ns),
-            "ServiceAccount",
-            &sa,
-            pc,
-        )
-        .await?,
-        check(
-            Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ctx.pdb),
-            "PodDisruptionBudget",
-            &name,
-            pc,
-        )
-        .await?,
-    ];
-    Ok(found.into_iter().flatten().next())
+    if let Some(found) = check(
+        Api::<Deployment>::namespaced(c.clone(), ns),
+        "Deployment",
+        &name,
+        pc,
+    )
+    .await?
+    {
+        return Ok(Some(found));
+    }
+    if let Some(found) = check(
+        Api::<Service>::namespaced(c.clone(), ns),
+        "Service",
+        &name,
+        pc,
+    )
+    .await?
+    {
+        return Ok(Some(found));
+    }
+    // Only when the operator makes the ServiceAccount (the pod template may name the user's).
+    if render::service_account(pc).is_some() {
+        let sa = render::service_account_name(pc);
+        let api = Api::<ServiceAccount>::namespaced(c.clone(), ns);
+        if let Some(found) = check(api, "ServiceAccount", &sa, pc).await? {
+            return Ok(Some(found));
+        }
+    }
+    let pdbs = Api::<DynamicObject>::namespaced_with(c.clone(), ns, &ctx.pdb);
+    check(pdbs, "PodDisruptionBudget", &name, pc).await
 }

@@ -5,7 +5,11 @@
 //! (Kubernetes < 1.25) rejects a bad object: enums, ranges, patterns and `oneOf` branches of
 //! `required` lists. What no schema can say is checked again by `render::validate`.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -30,6 +34,13 @@ const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
     namespaced,
     shortname = "poolcfg",
     status = "PoolConfigStatus",
+    // `kubectl scale` and an HPA on the PoolConfig set the deployment target's replicas (a
+    // sidecar target's scale is refused by the schema: two targets).
+    scale(
+        spec_replicas_path = ".spec.target.deployment.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
     printcolumn(
         name = "Pool Size",
@@ -294,6 +305,40 @@ pub struct DeploymentTarget {
     /// The PodDisruptionBudget of the poolers.
     #[serde(default)]
     pub pod_disruption_budget: PdbSpec,
+    /// Scheduling and metadata of the pooler pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<Box<PodTemplate>>,
+}
+
+/// What a production cluster sets on the pooler pods. Labels and annotations are added to the
+/// operator's own (which win on a clash: the selector and the restart checksum).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Unset: spread over nodes (`kubernetes.io/hostname`, maxSkew 1, ScheduleAnyway), so
+    /// one node's loss takes at most its share of the poolers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Run the poolers as this ServiceAccount (the operator then creates none; no token is
+    /// mounted either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
 }
 
 fn default_image() -> String {
@@ -310,6 +355,15 @@ pub struct ServiceSpec {
     #[serde(default = "default_service_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: u16,
+    /// Added to the Service's annotations (a cloud load balancer's settings, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// LoadBalancer: the client CIDRs allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_source_ranges: Option<Vec<String>>,
+    /// NodePort and LoadBalancer: `Local` keeps the client's address and skips a hop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
 }
 
 impl Default for ServiceSpec {
@@ -317,8 +371,17 @@ impl Default for ServiceSpec {
         ServiceSpec {
             type_: ServiceType::default(),
             port: default_service_port(),
+            annotations: None,
+            load_balancer_source_ranges: None,
+            external_traffic_policy: None,
         }
     }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TrafficPolicy {
+    Cluster,
+    Local,
 }
 
 fn default_service_port() -> u16 {
@@ -378,6 +441,12 @@ pub struct PoolConfigStatus {
     /// Poolers the budget was split over (deployment replicas or selected sidecar pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u32>,
+    /// `maxServerConnections` as applied: the budget `appliedPoolSize` is the share of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u32>,
+    /// The pooler pods' label selector (for the scale subresource and an HPA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// `Ready`, `ConfigRendered` and `Degraded`.
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -27,13 +27,14 @@ pub(super) async fn deploy(
 ) -> Result<Verdict, Error> {
     let unstored = || Error::Unstored(pc.name_any());
     let name = pc.name_any();
-    let sa = render::service_account(pc).ok_or_else(unstored)?;
-    apply(
-        Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns),
-        &render::service_account_name(pc),
-        &sa,
-    )
-    .await?;
+    if let Some(sa) = render::service_account(pc) {
+        apply(
+            Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns),
+            &render::service_account_name(pc),
+            &sa,
+        )
+        .await?;
+    }
     let d = render::deployment(pc, t, cm_name, rendered).ok_or_else(unstored)?;
     let live = apply(
         Api::<Deployment>::namespaced(ctx.client.clone(), ns),

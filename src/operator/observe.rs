@@ -60,11 +60,7 @@ async fn deployed(
         .and_then(|d| d.status.as_ref()?.replicas)
         .unwrap_or(0);
     let desired = t.replicas.or(live_desired).unwrap_or(1);
-    let selector = render::selector_labels(pc)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let selector = render::selector_string(pc);
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&selector))
         .await?;

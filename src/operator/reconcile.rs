@@ -354,6 +354,8 @@ async fn publish(
             .map(|r| r.sizing.pool_size)
             .or(old.applied_pool_size),
         replicas: rendered.map(|r| r.sizing.poolers).or(old.replicas),
+        budget: pc.spec.max_server_connections,
+        selector: Some(render::selector_string(pc)),
         conditions: status::conditions(&old.conditions, verdicts, generation, Timestamp::now()),
     };
     let ns = pc.namespace().unwrap_or_default();

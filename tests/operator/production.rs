@@ -464,3 +464,41 @@ async fn ready_means_every_running_pooler_loaded_the_current_config() {
     );
     op.stop().await;
 }
+
+/// The scale subresource: `kubectl scale poolcfg` (or an HPA) sets the deployment target's
+/// replicas; the status gives the count and the pods' selector.
+#[tokio::test]
+async fn the_scale_subresource_sets_the_deployment_replicas() {
+    let client = support::client().await;
+    let (ns, op) = with_secrets(&client, "scale").await;
+    let extra =
+        json!({"target": {"deployment": {"image": "example/droid-pool:test", "replicas": 2}}});
+    support::create(&client, &ns, deployed("orders", extra)).await;
+    wait_pool_size(&client, &ns, "orders-config", 6).await;
+    let api = Api::<PoolConfig>::namespaced(client.clone(), &ns);
+    api.patch_scale(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .expect("scale");
+    let deploys = Api::<Deployment>::namespaced(client.clone(), &ns);
+    eventually("Deployment scaled to 4", || async {
+        let d = deploys.get_opt("orders").await.ok()??;
+        (d.spec?.replicas == Some(4)).then_some(())
+    })
+    .await;
+    wait_pool_size(&client, &ns, "orders-config", 3).await;
+    let scale = eventually("scale status", || async {
+        let s = api.get_scale("orders").await.ok()?;
+        (s.status.as_ref()?.replicas == 4).then_some(s)
+    })
+    .await;
+    let selector = scale.status.and_then(|s| s.selector).expect("selector");
+    assert!(
+        selector.contains("app.kubernetes.io/instance=orders"),
+        "{selector}"
+    );
+    op.stop().await;
+}

@@ -7,9 +7,9 @@ mod objects;
 mod tests;
 
 pub use objects::{
-    config_map, deployment, labels, pdb, selector_labels, service, service_account,
-    service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR, CONFIG_KEY, PG_PORT,
-    RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+    config_map, deployment, labels, pdb, selector_labels, selector_string, service,
+    service_account, service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR,
+    CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
 };
 
 use std::net::IpAddr;
@@ -42,6 +42,11 @@ pub enum RenderError {
     PasswordsSecretMissing(&'static str),
     #[error("the rendered pooler config is invalid: {0}")]
     Config(String),
+    #[error(
+        "spec.target.deployment.service.externalTrafficPolicy applies only to a NodePort or \
+         LoadBalancer Service"
+    )]
+    TrafficPolicyOnClusterIp,
 }
 
 /// The per-pooler pool size and how it was reached.
@@ -90,6 +95,13 @@ pub struct Rendered {
 
 /// Validates the spec and renders the pooler config for `poolers` poolers.
 pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderError> {
+    if let Target::Deployment(t) = &spec.target {
+        if t.service.external_traffic_policy.is_some()
+            && t.service.type_ == crd::ServiceType::ClusterIP
+        {
+            return Err(RenderError::TrafficPolicyOnClusterIp);
+        }
+    }
     let sizing = sizing(spec, poolers)?;
     let config = pooler_config(spec, sizing.pool_size)?;
     config
@@ -136,9 +148,9 @@ pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, 
         config_map(pc, &cm_name, &r).ok_or_else(unstored)?,
     ))?];
     if let Target::Deployment(t) = &pc.spec.target {
-        out.push(json(serde_json::to_value(
-            service_account(pc).ok_or_else(unstored)?,
-        ))?);
+        if let Some(sa) = service_account(pc) {
+            out.push(json(serde_json::to_value(sa))?);
+        }
         out.push(json(serde_json::to_value(
             deployment(pc, t, &cm_name, &r).ok_or_else(unstored)?,
         ))?);

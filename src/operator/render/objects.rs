@@ -8,8 +8,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction,
     KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
-    VolumeMount,
+    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use super::Rendered;
-use crate::operator::crd::{DeploymentTarget, PoolConfig};
+use crate::operator::crd::{DeploymentTarget, PodTemplate, PoolConfig, ServiceType, Target};
 
 /// The ConfigMap key of the pooler config; pods mount the whole ConfigMap (no `subPath`, which
 /// would freeze the file) at `CONFIG_DIR`.
@@ -55,6 +55,15 @@ pub fn selector_labels(pc: &PoolConfig) -> BTreeMap<String, String> {
         ("app.kubernetes.io/name".into(), "droid-pool".into()),
         ("app.kubernetes.io/instance".into(), pc.name_any()),
     ])
+}
+
+/// `selector_labels` as a label selector string (`k=v,k=v`).
+pub fn selector_string(pc: &PoolConfig) -> String {
+    selector_labels(pc)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn meta(pc: &PoolConfig, name: String, owner: &OwnerReference) -> ObjectMeta {
@@ -164,14 +173,26 @@ fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>)
     (volumes, mounts)
 }
 
-/// The ServiceAccount of the pooler pods: their own, not the namespace's `default`, and
-/// without an API token (a pooler never calls the Kubernetes API).
+/// The ServiceAccount the operator creates for the pooler pods: their own, not the
+/// namespace's `default`, and without an API token (a pooler never calls the Kubernetes API).
 pub fn service_account_name(pc: &PoolConfig) -> String {
     format!("{}-pooler", pc.name_any())
 }
 
-/// The poolers' ServiceAccount (see `service_account_name`).
+/// The pod template settings of a deployment target, if any.
+fn template(pc: &PoolConfig) -> Option<&PodTemplate> {
+    match &pc.spec.target {
+        Target::Deployment(t) => t.pod_template.as_deref(),
+        Target::Sidecar(_) => None,
+    }
+}
+
+/// The poolers' ServiceAccount (see `service_account_name`); none when the pod template
+/// names one of the user's.
 pub fn service_account(pc: &PoolConfig) -> Option<ServiceAccount> {
+    if template(pc).is_some_and(|t| t.service_account_name.is_some()) {
+        return None;
+    }
     Some(ServiceAccount {
         metadata: meta(pc, service_account_name(pc), &owner(pc)?),
         automount_service_account_token: Some(false),
@@ -200,10 +221,32 @@ fn pod_spec(pc: &PoolConfig, t: &DeploymentTarget, config_map: &str, r: &Rendere
     let (volumes, mounts) = volumes(pc, config_map);
     // The kubelet's SIGKILL must come after the pooler's own drain deadline.
     let grace = r.config.drain.timeout.as_secs_f64().ceil() as i64 + 5;
+    let tmpl = t.pod_template.as_deref().cloned().unwrap_or_default();
+    let spread = tmpl.topology_spread_constraints.unwrap_or_else(|| {
+        vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(pc)),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        }]
+    });
     PodSpec {
         termination_grace_period_seconds: Some(grace),
-        service_account_name: Some(service_account_name(pc)),
+        service_account_name: Some(
+            tmpl.service_account_name
+                .unwrap_or_else(|| service_account_name(pc)),
+        ),
         automount_service_account_token: Some(false),
+        affinity: tmpl.affinity,
+        topology_spread_constraints: Some(spread),
+        tolerations: tmpl.tolerations,
+        node_selector: tmpl.node_selector,
+        priority_class_name: tmpl.priority_class_name,
+        image_pull_secrets: tmpl.image_pull_secrets,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(POOLER_UID),
@@ -266,8 +309,14 @@ pub fn deployment(
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels(pc)),
-                    annotations: Some(annotations),
+                    labels: Some(merged(
+                        template(pc).and_then(|t| t.labels.as_ref()),
+                        labels(pc),
+                    )),
+                    annotations: Some(merged(
+                        template(pc).and_then(|t| t.annotations.as_ref()),
+                        annotations,
+                    )),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(pod_spec(pc, t, config_map, r)),
@@ -278,12 +327,31 @@ pub fn deployment(
     })
 }
 
+/// The user's entries, then the operator's over them (its own win on a clash).
+fn merged(
+    user: Option<&BTreeMap<String, String>>,
+    ours: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = user.cloned().unwrap_or_default();
+    out.extend(ours);
+    out
+}
+
 /// The Service in front of the poolers.
 pub fn service(pc: &PoolConfig, t: &DeploymentTarget) -> Option<Service> {
+    let mut metadata = meta(pc, pc.name_any(), &owner(pc)?);
+    metadata.annotations = t.service.annotations.clone();
+    let external = t.service.type_ != ServiceType::ClusterIP;
     Some(Service {
-        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        metadata,
         spec: Some(ServiceSpec {
             type_: Some(format!("{:?}", t.service.type_)),
+            load_balancer_source_ranges: t.service.load_balancer_source_ranges.clone(),
+            external_traffic_policy: t
+                .service
+                .external_traffic_policy
+                .filter(|_| external)
+                .map(|p| format!("{p:?}")),
             selector: Some(selector_labels(pc)),
             ports: Some(vec![ServicePort {
                 name: Some("postgres".into()),

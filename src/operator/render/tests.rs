@@ -471,3 +471,70 @@ fn rendered_files_hold_only_keys_the_0_1_0_pooler_accepts() {
         assert_eq!(back, r.config);
     }
 }
+
+#[test]
+fn pod_template_and_service_settings_reach_the_objects() {
+    let plain = object(deployed(""));
+    let r = render(&plain.spec, 1).unwrap();
+    let d = deployment(&plain, &target(&plain), "c", &r).unwrap();
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    // Without a template: spread over nodes, and the operator's own ServiceAccount.
+    let spread = pod.topology_spread_constraints.unwrap();
+    assert_eq!(spread.len(), 1);
+    assert_eq!(spread[0].topology_key, "kubernetes.io/hostname");
+    assert_eq!(spread[0].when_unsatisfiable, "ScheduleAnyway");
+    assert_eq!(pod.service_account_name.as_deref(), Some("orders-pooler"));
+    assert!(service_account(&plain).is_some());
+
+    let pc = object(spec(
+        "poolSize: 10\nserver: {host: db, passwordSecret: {name: db-cred}}\n\
+         clientAuth: {passwordsSecret: users}\n\
+         target: {deployment: {replicas: 2,\n\
+           service: {type: LoadBalancer, annotations: {lb: internal},\n\
+                     loadBalancerSourceRanges: [10.0.0.0/8], externalTrafficPolicy: Local},\n\
+           podTemplate: {labels: {team: pay, app.kubernetes.io/instance: hijack},\n\
+                         annotations: {a: b}, priorityClassName: high,\n\
+                         serviceAccountName: pay-sa, nodeSelector: {disk: ssd},\n\
+                         tolerations: [{key: k, operator: Exists}],\n\
+                         topologySpreadConstraints: [{maxSkew: 2, topologyKey: zone,\n\
+                           whenUnsatisfiable: DoNotSchedule}],\n\
+                         imagePullSecrets: [{name: reg}]}}}\n",
+    ));
+    let r = render(&pc.spec, 2).unwrap();
+    let t = target(&pc);
+    let d = deployment(&pc, &t, "c", &r).unwrap();
+    let tmpl = d.spec.unwrap().template;
+    let meta = tmpl.metadata.unwrap();
+    let labels = meta.labels.unwrap();
+    assert_eq!(labels["team"], "pay");
+    // The selector's labels are the operator's: a template cannot move pods out of it.
+    assert_eq!(labels["app.kubernetes.io/instance"], "orders");
+    let ann = meta.annotations.unwrap();
+    assert_eq!(ann["a"], "b");
+    assert!(ann.contains_key(RESTART_CHECKSUM_ANNOTATION));
+    let pod = tmpl.spec.unwrap();
+    assert_eq!(pod.priority_class_name.as_deref(), Some("high"));
+    assert_eq!(pod.service_account_name.as_deref(), Some("pay-sa"));
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.node_selector.unwrap()["disk"], "ssd");
+    assert_eq!(pod.tolerations.unwrap()[0].key.as_deref(), Some("k"));
+    assert_eq!(pod.topology_spread_constraints.unwrap()[0].max_skew, 2);
+    assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "reg");
+    // The user's ServiceAccount: the operator makes none.
+    assert!(service_account(&pc).is_none());
+    let svc = service(&pc, &t).unwrap();
+    assert_eq!(svc.metadata.annotations.unwrap()["lb"], "internal");
+    let ss = svc.spec.unwrap();
+    assert_eq!(ss.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(ss.external_traffic_policy.as_deref(), Some("Local"));
+    assert_eq!(ss.load_balancer_source_ranges.unwrap(), ["10.0.0.0/8"]);
+
+    let mut bad = deployed("");
+    if let Target::Deployment(t) = &mut bad.target {
+        t.service.external_traffic_policy = Some(crate::operator::crd::TrafficPolicy::Local);
+    }
+    assert_eq!(
+        render(&bad, 1).unwrap_err(),
+        RenderError::TrafficPolicyOnClusterIp
+    );
+}
