@@ -9,6 +9,7 @@ use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
@@ -27,6 +28,13 @@ use super::reconcile::{error_policy, reconcile, Context};
 pub const CONTROLLER_NAME: &str = "droid-pool-operator";
 /// The label selector of the objects the operator renders (see `render::labels`).
 const OWNED_SELECTOR: &str = "app.kubernetes.io/managed-by=droid-pool-operator";
+/// The pods the operator watches: sidecar pods carrying this label (the chart's
+/// `droid-pool.sidecarPodLabels` sets it). Only their metadata is watched, so a cluster's
+/// other pods cost the operator nothing; a pod without the label is still counted, at the
+/// next reconciliation (the resync, or any change of its PoolConfig).
+pub const POD_LABEL: &str = "droidpool.io/poolconfig";
+/// Events that come within this long of each other trigger one reconciliation.
+const DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Builds the reconcile context: discovers the PodDisruptionBudget API once.
 pub async fn context(
@@ -65,15 +73,19 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
     let client = ctx.client.clone();
     let wc = watcher::Config::default();
     let owned = watcher::Config::default().labels(OWNED_SELECTOR);
-    let controller = Controller::new(api::<PoolConfig>(&client, namespace), wc.clone());
+    let controller = Controller::new(api::<PoolConfig>(&client, namespace), wc)
+        .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE));
     let store = controller.store();
     let mapper_store = store.clone();
     let work = controller
         .owns(api::<ConfigMap>(&client, namespace), owned.clone())
         .owns(api::<Deployment>(&client, namespace), owned)
-        .watches(api::<Pod>(&client, namespace), wc, move |pod| {
-            sidecar_owners(&mapper_store.state(), &pod)
-        })
+        // `PartialObjectMeta`: the API server sends only the pods' metadata.
+        .watches(
+            api::<PartialObjectMeta<Pod>>(&client, namespace),
+            watcher::Config::default().labels(POD_LABEL),
+            move |pod| sidecar_owners(&mapper_store.state(), &pod),
+        )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -110,7 +122,10 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
 
 /// The PoolConfigs whose sidecar pod selector selects `pod`: a pod appearing, finishing or
 /// going away changes their budget split.
-pub fn sidecar_owners(pcs: &[Arc<PoolConfig>], pod: &Pod) -> Vec<ObjectRef<PoolConfig>> {
+pub fn sidecar_owners(
+    pcs: &[Arc<PoolConfig>],
+    pod: &PartialObjectMeta<Pod>,
+) -> Vec<ObjectRef<PoolConfig>> {
     let labels = pod.labels();
     pcs.iter()
         .filter(|pc| pc.namespace() == pod.namespace())
@@ -135,8 +150,8 @@ mod tests {
         Arc::new(pc)
     }
 
-    fn pod(ns: &str, app: &str) -> Pod {
-        let mut p = Pod::default();
+    fn pod(ns: &str, app: &str) -> PartialObjectMeta<Pod> {
+        let mut p = PartialObjectMeta::<Pod>::default();
         p.metadata.name = Some("p".into());
         p.metadata.namespace = Some(ns.into());
         p.metadata.labels = Some([("app".to_string(), app.to_string())].into());

@@ -385,7 +385,7 @@ impl Drop for Pooler {
 /// report it.
 async fn running_pod(client: &Client, ns: &str, name: &str, admin: u16) {
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": "w"}},
+        "metadata": {"name": name, "labels": {"app": "w", "droidpool.io/poolconfig": "w"}},
         "spec": {"automountServiceAccountToken": false,
                  "containers": [{"name": "app", "image": "example/app:1",
                                  "ports": [{"name": "pooler-admin", "containerPort": admin}]}]}

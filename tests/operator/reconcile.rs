@@ -47,6 +47,9 @@ pub(crate) async fn pod(
     labels: serde_json::Value,
     finalizers: serde_json::Value,
 ) {
+    // The label the operator's pod watch selects (the chart's sidecarPodLabels sets it).
+    let mut labels = labels;
+    labels[droid_pool::operator::controller::POD_LABEL] = json!("test");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels, "finalizers": finalizers},
         "spec": {"automountServiceAccountToken": false,
