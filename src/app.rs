@@ -126,6 +126,9 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
     let closing = async {
         l.drain.cancelled().await;
         shared.metrics.lifecycle.drain_state.set(1);
+        // Servers no client needs go back to PostgreSQL now, the rest as clients leave: a
+        // terminating pod's connections still count against the budget its successors share.
+        shared.pools.begin_drain().await;
         tracing::info!(
             ?window,
             "drain: readiness down, still accepting for the window"

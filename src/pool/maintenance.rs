@@ -72,8 +72,9 @@ impl Pool {
         for conn in retire {
             self.close(conn);
         }
+        // A draining pooler keeps no warm minimum: its servers go back as clients leave.
         let mut open = self.open_count();
-        while open < s.min_size && self.spawn_warm() {
+        while !self.is_draining() && open < s.min_size && self.spawn_warm() {
             open += 1;
         }
     }

@@ -61,6 +61,8 @@ pub struct PoolDeps {
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
     pub backend: Arc<Backend>,
+    /// The pooler is draining (shared by all pools).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A client queued for a server, since when (for `maxwait`) and until when.
@@ -116,6 +118,7 @@ struct PoolInner {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     backend: Arc<Backend>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
     name_arc: Arc<str>,
     /// Whether the last server login succeeded.
     login_ok: std::sync::atomic::AtomicBool,
@@ -144,6 +147,7 @@ impl Pool {
             metrics,
             shutdown,
             backend,
+            draining,
         } = deps;
         let pool = Pool {
             inner: Arc::new(PoolInner {
@@ -158,6 +162,7 @@ impl Pool {
                 metrics,
                 shutdown,
                 backend,
+                draining,
                 name_arc: Arc::from(format!("{}/{}", key.database, key.user)),
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
@@ -272,6 +277,15 @@ impl Pool {
     /// Numbers of the idle servers (for the admin console).
     pub fn idle_server_ids(&self) -> Vec<u64> {
         self.lock().idle.iter().map(|c| c.id).collect()
+    }
+
+    /// Whether the pooler is draining (its servers then go back as clients leave).
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    fn attached_clients(&self) -> i64 {
+        self.inner.clients.load(Ordering::Relaxed)
     }
 
     /// A session attaches to the pool for its life (for client counts).
@@ -463,6 +477,13 @@ impl Pool {
         let mut st = self.lock();
         loop {
             let Some(w) = st.waiters.pop_front() else {
+                // Draining: keep no more idle servers than clients still attached (one that
+                // has left will not need one), so the servers go back as clients leave.
+                if self.is_draining() && st.idle.len() as i64 >= self.attached_clients() {
+                    drop(st);
+                    self.close(conn);
+                    return;
+                }
                 st.idle.push_back(conn);
                 return;
             };
@@ -536,7 +557,19 @@ pub struct PoolClient(Pool);
 
 impl Drop for PoolClient {
     fn drop(&mut self) {
-        self.0.inner.clients.fetch_sub(1, Ordering::Relaxed);
+        let left = self.0.inner.clients.fetch_sub(1, Ordering::Relaxed) - 1;
+        if self.0.is_draining() {
+            // One client fewer: an idle server beyond the clients left goes now.
+            let extra = {
+                let mut st = self.0.lock();
+                (st.idle.len() as i64 > left.max(0))
+                    .then(|| st.idle.pop_front())
+                    .flatten()
+            };
+            if let Some(conn) = extra {
+                self.0.close(conn);
+            }
+        }
     }
 }
 
@@ -586,6 +619,7 @@ mod tests {
                 metrics: Arc::new(Metrics::new()),
                 shutdown: CancellationToken::new(),
                 backend: Arc::new(Backend::from_config(&cfg)),
+                draining: Default::default(),
             },
         )
     }

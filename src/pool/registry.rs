@@ -1,12 +1,13 @@
 //! The set of pools, keyed by (database, user), created on first use.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
 use super::{Backend, Pool, PoolDeps, PoolSettings};
-use crate::config::{Config, ConfigCell};
+use crate::config::{Config, ConfigCell, Secret};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::ServerTarget;
@@ -31,6 +32,9 @@ pub struct Pools {
     backend: Arc<Backend>,
     tls: Arc<crate::net::TlsCell>,
     map: Mutex<HashMap<PoolKey, Pool>>,
+    /// Set when the pooler starts draining: every pool, also one made later, gives its
+    /// servers back (see `Pool::checkin_at`).
+    draining: Arc<AtomicBool>,
     /// The auth_query lookup pool (auth database, auth user): kept apart from the clients'
     /// pools, sized by `auth.auth_pool_size`.
     lookups: Mutex<HashMap<PoolKey, Pool>>,
@@ -54,8 +58,49 @@ impl Pools {
             metrics,
             shutdown,
             map: Mutex::new(HashMap::new()),
+            draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// What a new pool shares with the others.
+    fn deps(&self) -> PoolDeps {
+        PoolDeps {
+            events: self.events,
+            counters: self.counters.clone(),
+            metrics: self.metrics.clone(),
+            shutdown: self.shutdown.child_token(),
+            backend: self.backend.clone(),
+            draining: self.draining.clone(),
+        }
+    }
+
+    /// A server login for `user` on `database` with this `password`, as configured.
+    fn target(
+        &self,
+        cfg: &Config,
+        user: String,
+        database: String,
+        password: Option<Secret>,
+    ) -> ServerTarget {
+        ServerTarget {
+            host: cfg.server.host.clone(),
+            port: cfg.server.port,
+            user,
+            database,
+            password,
+            connect_timeout: cfg.server.connect_timeout,
+            tls: self.tls.clone(),
+            allow_cleartext: cfg.server.allow_cleartext_password,
+        }
+    }
+
+    /// The drain began: servers are closed as soon as no client needs them (idle ones now),
+    /// so a terminating pooler stops holding connections that count against the budget
+    /// while its last clients finish.
+    pub async fn begin_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.close_all().await;
     }
 
     /// The pool for this key, made (and its warm minimum started) on first use.
@@ -77,32 +122,21 @@ impl Pools {
         }
         let cfg = self.config.load();
         let cfg = &*cfg;
-        let target = ServerTarget {
-            host: cfg.server.host.clone(),
-            port: cfg.server.port,
-            user: cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
-            database: cfg
-                .server
+        let target = self.target(
+            cfg,
+            cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
+            cfg.server
                 .database
                 .clone()
                 .unwrap_or_else(|| key.database.clone()),
-            password: cfg.server.password.clone(),
-            connect_timeout: cfg.server.connect_timeout,
-            tls: self.tls.clone(),
-            allow_cleartext: cfg.server.allow_cleartext_password,
-        };
+            cfg.server.password.clone(),
+        );
         let pool = Pool::new(
             key,
             cfg.pool.mode.as_str(),
             target,
             PoolSettings::from_config(cfg),
-            PoolDeps {
-                events: self.events,
-                counters: self.counters.clone(),
-                metrics: self.metrics.clone(),
-                shutdown: self.shutdown.child_token(),
-                backend: self.backend.clone(),
-            },
+            self.deps(),
         );
         map.insert(key.clone(), pool.clone());
         pool
@@ -134,29 +168,13 @@ impl Pools {
         if let Some(p) = lookups.get(&key) {
             return Some(p.clone());
         }
-        let target = ServerTarget {
-            host: cfg.server.host.clone(),
-            port: cfg.server.port,
-            user: key.user.clone(),
-            database: key.database.clone(),
-            password: cfg.auth.auth_password.clone(),
-            connect_timeout: cfg.server.connect_timeout,
-            tls: self.tls.clone(),
-            allow_cleartext: cfg.server.allow_cleartext_password,
-        };
-        let pool = Pool::new(
-            &key,
-            "lookup",
-            target,
-            lookup_settings(cfg),
-            PoolDeps {
-                events: self.events,
-                counters: self.counters.clone(),
-                metrics: self.metrics.clone(),
-                shutdown: self.shutdown.child_token(),
-                backend: self.backend.clone(),
-            },
+        let target = self.target(
+            cfg,
+            key.user.clone(),
+            key.database.clone(),
+            cfg.auth.auth_password.clone(),
         );
+        let pool = Pool::new(&key, "lookup", target, lookup_settings(cfg), self.deps());
         lookups.insert(key, pool.clone());
         Some(pool)
     }

@@ -1165,3 +1165,65 @@ async fn sigterm_transaction_boundary_with_pgbench() {
     assert!(accepted >= 6, "accepted {accepted}");
     assert_eq!((completed, refused, aborted), (accepted, 0, 0));
 }
+
+/// Servers open in the pool, from /status (idle + in use + logging in).
+fn servers_open(p: &Pooler) -> i64 {
+    let s = status_json(p);
+    let pool = &s["pools"][0];
+    [
+        "servers_idle",
+        "servers_active",
+        "servers_login",
+        "servers_used",
+    ]
+    .iter()
+    .map(|k| pool[*k].as_i64().unwrap_or(0))
+    .sum()
+}
+
+/// A draining pooler gives its idle servers back at once and keeps no more than its
+/// remaining clients can use: a terminating pod's connections count against the budget its
+/// successors share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_gives_idle_servers_back_at_once() {
+    let pg = support::shared();
+    let yaml = "pool:\n  size: 3\n  mode: transaction\n\
+                drain:\n  mode: wait-for-clients\n  accept_window: 5s\n  timeout: 20s\n";
+    let pooler = start_with_config(pg, yaml, &[]);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(pooler.connect(USER, DB).await);
+    }
+    // Three transactions at once: three servers, idle afterwards.
+    let runs: Vec<_> = clients
+        .iter()
+        .map(|c| c.simple_query("select pg_sleep(0.3)"))
+        .collect();
+    for r in futures_util::future::join_all(runs).await {
+        r.expect("query");
+    }
+    assert_eq!(servers_open(&pooler), 3);
+
+    block_in_place(|| pooler.signal("TERM"));
+    let t0 = Instant::now();
+    while servers_open(&pooler) > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "idle servers still open {:?} after SIGTERM: {}",
+            t0.elapsed(),
+            status_json(&pooler)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The clients are still served (a new server for the one that asks) ...
+    assert_eq!(scalar(&clients[0], "select 7").await, "7");
+    assert!(servers_open(&pooler) <= 1, "{}", status_json(&pooler));
+    // ... and once only one client is left, one idle server at most stays for it.
+    assert_eq!(scalar(&clients[1], "select 8").await, "8");
+    clients.truncate(1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(servers_open(&pooler) <= 1, "{}", status_json(&pooler));
+    drop(clients);
+    let status = wait_exit(&pooler, Duration::from_secs(10));
+    assert_eq!(exit_code(status), Ok(0));
+}
