@@ -4,15 +4,21 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-/// Writer of event lines; disabled, it costs one branch per event.
+pub use crate::config::EventLevel;
+
+/// Writer of event lines; a line not printed costs one branch.
 #[derive(Debug, Clone, Copy)]
 pub struct Events {
-    enabled: bool,
+    lifecycle: bool,
+    transactions: bool,
 }
 
 impl Events {
-    pub fn new(enabled: bool) -> Self {
-        Events { enabled }
+    pub fn new(level: EventLevel) -> Self {
+        Events {
+            lifecycle: level != EventLevel::Off,
+            transactions: level == EventLevel::All,
+        }
     }
 
     pub fn listening(&self, addr: SocketAddr) {
@@ -36,11 +42,15 @@ impl Events {
     }
 
     pub fn client_uses_server(&self, client: u64, server: u64) {
-        self.emit(format_args!("client {client} uses server {server}"));
+        if self.transactions {
+            self.emit(format_args!("client {client} uses server {server}"));
+        }
     }
 
     pub fn client_released_server(&self, client: u64, server: u64) {
-        self.emit(format_args!("client {client} released server {server}"));
+        if self.transactions {
+            self.emit(format_args!("client {client} released server {server}"));
+        }
     }
 
     pub fn client_prepares(&self, client: u64, name: &[u8], server: u64) {
@@ -59,7 +69,7 @@ impl Events {
     }
 
     fn emit(&self, line: std::fmt::Arguments<'_>) {
-        if !self.enabled {
+        if !self.lifecycle {
             return;
         }
         let mut out = std::io::stdout().lock();

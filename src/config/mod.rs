@@ -260,8 +260,60 @@ pub struct ClientConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     pub format: LogFormat,
-    /// Print the `[POOL] ...` event lines on stdout.
-    pub events: bool,
+    /// Which `[POOL] ...` event lines go to stdout.
+    pub events: EventLevel,
+}
+
+/// Which `[POOL] ...` event lines are printed. `true` and `false` (the older form) mean
+/// `all` and `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventLevel {
+    /// Every line, two per transaction among them (the CLI's default; its test kit reads them).
+    #[default]
+    All,
+    /// Listening, connects, disconnects, prepares and the shutdown summary; not the
+    /// per-transaction `uses server` / `released server` lines (those facts are in metrics).
+    Lifecycle,
+    Off,
+}
+
+impl EventLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventLevel::All => "all",
+            EventLevel::Lifecycle => "lifecycle",
+            EventLevel::Off => "off",
+        }
+    }
+}
+
+impl Serialize for EventLevel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Flag(bool),
+            Name(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Flag(true) => Ok(EventLevel::All),
+            Given::Flag(false) => Ok(EventLevel::Off),
+            Given::Name(n) => match n.as_str() {
+                "all" => Ok(EventLevel::All),
+                "lifecycle" => Ok(EventLevel::Lifecycle),
+                "off" => Ok(EventLevel::Off),
+                other => Err(serde::de::Error::custom(format!(
+                    "log.events: {other:?} is not one of all, lifecycle, off (or true, false)"
+                ))),
+            },
+        }
+    }
 }
 
 impl Default for AdminConfig {
@@ -358,7 +410,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             format: LogFormat::Text,
-            events: true,
+            events: EventLevel::All,
         }
     }
 }
@@ -667,5 +719,20 @@ mod example_tests {
         let cfg = Config::from_yaml(text, "example".as_ref()).unwrap();
         assert_eq!(cfg, Config::default());
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn event_levels_take_names_and_the_older_booleans() {
+        let level = |v: &str| Config::from_yaml(&format!("log:\n  events: {v}\n"), "x".as_ref());
+        assert_eq!(
+            level("lifecycle").unwrap().log.events,
+            EventLevel::Lifecycle
+        );
+        assert_eq!(level("all").unwrap().log.events, EventLevel::All);
+        assert_eq!(level("off").unwrap().log.events, EventLevel::Off);
+        assert_eq!(level("true").unwrap().log.events, EventLevel::All);
+        assert_eq!(level("false").unwrap().log.events, EventLevel::Off);
+        let err = level("some").unwrap_err().to_string();
+        assert!(err.contains("all, lifecycle, off"), "{err}");
     }
 }

@@ -614,7 +614,7 @@ mod tests {
             target,
             settings,
             PoolDeps {
-                events: Events::new(false),
+                events: Events::new(crate::config::EventLevel::Off),
                 counters: Arc::new(Counters::default()),
                 metrics: Arc::new(Metrics::new()),
                 shutdown: CancellationToken::new(),

@@ -450,3 +450,79 @@ async fn the_loaded_config_files_hash_is_reported() {
         "{text}"
     );
 }
+
+/// What the operator writes (and so what the chart's PoolConfigs get) prints no line per
+/// transaction: 1,000 transactions, none of them in the log. The CLI's defaults still print
+/// the seed's lines (two per transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_configs_print_no_per_transaction_lines() {
+    let pg = support::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let pc = dir.path().join("pc.yaml");
+    std::fs::write(
+        &pc,
+        "apiVersion: droidpool.io/v1alpha1\nkind: PoolConfig\nmetadata: {name: t, namespace: x}\n\
+         spec:\n  poolSize: 2\n  server: {host: 127.0.0.1}\n  target: {sidecar: {configMapName: t}}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_droid-pool-operator"))
+        .arg("render")
+        .arg(&pc)
+        .output()
+        .expect("droid-pool-operator render");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cm: serde_yaml::Value = serde_yaml::from_str(
+        text.trim_start_matches("---\n")
+            .split("\n---\n")
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let rendered = cm["data"]["droid-pool.yaml"]
+        .as_str()
+        .expect("the rendered config")
+        .to_owned();
+    assert!(rendered.contains("events: lifecycle"), "{rendered}");
+
+    let run = |p: Pooler| async move {
+        let c = p.connect(USER, DB).await;
+        for _ in 0..1000 {
+            c.simple_query("select 1").await.expect("query");
+        }
+        drop(c);
+        assert!(
+            block_in_place(|| p.wait_for(
+                |l| l.iter().any(|l| l.contains("disconnected")),
+                Duration::from_secs(5)
+            )),
+            "{:?}",
+            p.lines()
+        );
+        p.lines()
+    };
+    let per_txn = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains(" uses server ") || l.contains(" released server "))
+            .count()
+    };
+    let rendered_lines = run(block_in_place(|| {
+        Pooler::start_with_config(pg, &rendered, &[])
+    }))
+    .await;
+    assert_eq!(per_txn(&rendered_lines), 0, "{rendered_lines:?}");
+    assert!(
+        rendered_lines.iter().any(|l| l.contains(" connected")),
+        "{rendered_lines:?}"
+    );
+    let cli_lines = run(block_in_place(|| {
+        Pooler::start(pg, &["--pool-size", "2", "--mode", "transaction"])
+    }))
+    .await;
+    assert!(per_txn(&cli_lines) >= 2000, "{}", per_txn(&cli_lines));
+}
