@@ -30,6 +30,13 @@ impl CancelSlot {
         *self.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
+    /// Cancels what the held server runs now (the query timeout), in the background.
+    pub fn cancel_now(&self) {
+        if let Some((addr, pid, secret)) = self.get() {
+            tokio::spawn(send_cancel(addr, pid, secret));
+        }
+    }
+
     fn get(&self) -> Option<(SocketAddr, i32, i32)> {
         self.server().map(|(a, p, s, _)| (a, p, s))
     }
@@ -127,18 +134,23 @@ impl Cancels {
             tracing::debug!("cancel request for an unknown or idle client dropped");
             return;
         };
-        let mut buf = BytesMut::new();
-        frontend::cancel_request(&mut buf, spid, ssecret);
-        let send = async {
-            let mut s = TcpStream::connect(addr).await?;
-            s.write_all(&buf).await?;
-            s.shutdown().await
-        };
-        if let Err(e) = tokio::time::timeout(Duration::from_secs(5), send)
-            .await
-            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-        {
-            tracing::warn!(error = %e, "forwarding a cancel request failed");
-        }
+        send_cancel(addr, spid, ssecret).await;
+    }
+}
+
+/// Sends a CancelRequest for server process `spid` to `addr`, on a connection of its own.
+async fn send_cancel(addr: SocketAddr, spid: i32, ssecret: i32) {
+    let mut buf = BytesMut::new();
+    frontend::cancel_request(&mut buf, spid, ssecret);
+    let send = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(&buf).await?;
+        s.shutdown().await
+    };
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), send)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    {
+        tracing::warn!(error = %e, "forwarding a cancel request failed");
     }
 }

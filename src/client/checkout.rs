@@ -123,6 +123,7 @@ impl Session<'_> {
         // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();
         self.mode = cfg.pool.mode;
+        super::timeouts::configure(&mut self.timeouts, &cfg.pool);
         if self.statements.is_empty() {
             self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
         }

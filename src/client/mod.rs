@@ -19,6 +19,7 @@ mod session;
 mod settle;
 mod startup;
 mod sync;
+mod timeouts;
 mod tracking;
 
 pub use error::ClientError;

@@ -292,6 +292,9 @@ impl Session<'_> {
             }
             b::READY_FOR_QUERY_TAG => {
                 self.status = b::parse_ready_for_query(body()).map_err(lost)?;
+                if let Some(t) = self.timeouts.as_deref_mut() {
+                    t.quiet_since = Instant::now();
+                }
             }
             b::COMMAND_COMPLETE_TAG if self.tracking && prepared::drops_all_statements(body()) => {
                 // The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the

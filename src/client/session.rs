@@ -36,6 +36,7 @@ enum Event {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
     Abort,
+    Timeout(super::timeouts::Kind),
 }
 
 /// Queues on `srv` what it owes for a message just written to it; one it will ignore (sent
@@ -110,6 +111,8 @@ pub struct Session<'a> {
     client_first: bool,
     /// The held server sent a FATAL error (passed on): its close ends the session quietly.
     pub(super) server_fatal: bool,
+    /// The pooler's query and transaction timeouts, when any is set.
+    pub(super) timeouts: Option<Box<super::timeouts::Timeouts>>,
 }
 
 impl<'a> Session<'a> {
@@ -154,6 +157,7 @@ impl<'a> Session<'a> {
             warm_limit: cfg.client.warm_sessions,
             client_first: false,
             server_fatal: false,
+            timeouts: None,
             shared,
         }
     }
@@ -277,6 +281,7 @@ impl<'a> Session<'a> {
                     }
                 },
                 Event::Abort => return Err(ClientError::Shutdown { forced: true }),
+                Event::Timeout(kind) => self.timed_out(kind)?,
             }
             if self.server.is_none() && self.cbuf.is_empty() {
                 return Ok(Flow::Continue);
@@ -290,6 +295,12 @@ impl<'a> Session<'a> {
         // A client whose buffered messages cannot be handled yet is not read: it is pushed
         // back through its socket instead of buffered.
         let read_client = self.wants_client();
+        let due = if self.timeouts.is_some() {
+            self.timeout_due()
+        } else {
+            None
+        };
+        let mut timeouts = self.timeouts.as_deref_mut();
         let client = &mut *self.client;
         let cbuf = &mut self.cbuf;
         let buffer = self.buffer;
@@ -307,6 +318,11 @@ impl<'a> Session<'a> {
             // Checked first: a cheap flag, and a busy socket must not hide it.
             if abort.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Event::Abort);
+            }
+            if let Some(t) = timeouts.as_mut() {
+                if let Poll::Ready(kind) = t.poll_due(due, cx) {
+                    return Poll::Ready(Event::Timeout(kind));
+                }
             }
             let Some((stream, rbuf)) = server.as_mut() else {
                 return poll_read_some(client, cbuf, cx).map(Event::Client);
@@ -327,6 +343,42 @@ impl<'a> Session<'a> {
             }
         })
         .await
+    }
+
+    /// A timeout fired: a query is cancelled (the session goes on); an idle or too long
+    /// transaction ends the session, its server closed (PostgreSQL rolls it back).
+    fn timed_out(&mut self, kind: super::timeouts::Kind) -> Result<(), ClientError> {
+        use super::timeouts::Kind;
+        let (code, message) = match kind {
+            Kind::Query => {
+                self.query_timed_out();
+                return Ok(());
+            }
+            Kind::IdleTransaction => (
+                sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+                "terminating connection due to idle-in-transaction timeout (pool.idle_transaction_timeout)",
+            ),
+            Kind::Transaction => (
+                sqlstate::TRANSACTION_TIMEOUT,
+                "terminating connection due to transaction timeout (pool.transaction_timeout)",
+            ),
+        };
+        self.count_timeout(kind);
+        tracing::info!(
+            client = self.id,
+            timeout = kind.label(),
+            "closing the client and its server"
+        );
+        if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
+            // A statement still runs: cancel it, or the backend would run it to its end.
+            self.cancel.cancel_now();
+        }
+        // Not returned to the pool: closing it is PostgreSQL's rollback.
+        self.server_fatal = false;
+        Err(ClientError::Fatal {
+            code,
+            message: message.into(),
+        })
     }
 
     /// Counts the transaction that ends now; returns the clock read it used.

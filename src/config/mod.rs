@@ -192,6 +192,18 @@ pub struct PoolConfig {
     /// Longest wait for a server before the client gets 57014 (0 = wait forever).
     #[serde(with = "humantime_serde")]
     pub query_wait_timeout: Duration,
+    /// A query running longer is cancelled (CancelRequest): the client gets the server's
+    /// 57014 and keeps its session (0 = off).
+    #[serde(with = "humantime_serde")]
+    pub query_timeout: Duration,
+    /// A client idle inside a transaction longer than this loses its server (closed, so
+    /// PostgreSQL rolls back) and is closed with FATAL 25P03 (0 = off).
+    #[serde(with = "humantime_serde")]
+    pub idle_transaction_timeout: Duration,
+    /// A transaction running longer than this is ended the same way, with FATAL 25P04
+    /// (0 = off).
+    #[serde(with = "humantime_serde")]
+    pub transaction_timeout: Duration,
     /// Run on a session-mode server when its client leaves (empty = none).
     pub reset_query: String,
     /// Hand out idle servers in rotation instead of most-recently-used first.
@@ -374,6 +386,9 @@ impl Default for PoolConfig {
             min_size: 0,
             max_waiting_clients: 10_000,
             query_wait_timeout: Duration::from_secs(30),
+            query_timeout: Duration::ZERO,
+            idle_transaction_timeout: Duration::ZERO,
+            transaction_timeout: Duration::ZERO,
             reset_query: "DISCARD ALL".into(),
             server_round_robin: false,
             track_prepared: false,

@@ -27,6 +27,9 @@ pub struct ClientMetrics {
     pub shed: IntCounterVec,
     /// Errors the pooler itself answered, by SQLSTATE class (two characters).
     pub pooler_errors: IntCounterVec,
+    /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
+    /// transaction: client and server closed).
+    pub timeouts: IntCounterVec,
     /// Client authentications by method and result (ok, failed).
     pub auth: IntCounterVec,
     /// auth_query lookups by result (cached, found, missing, error).
@@ -143,6 +146,12 @@ impl Metrics {
                 "droidpool_pooler_errors_total",
                 "Errors answered by the pooler itself, by SQLSTATE class.",
                 &["class"],
+            ),
+            timeouts: counter_vec(
+                &r,
+                "droidpool_timeouts_total",
+                "Queries cancelled and transactions ended by the pooler's timeouts, by timeout.",
+                &["timeout"],
             ),
             auth: counter_vec(
                 &r,

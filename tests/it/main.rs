@@ -10,6 +10,7 @@ mod prepared;
 mod relay;
 mod security;
 mod support;
+mod timeouts;
 
 /// The harness itself works: a real PostgreSQL starts and answers directly.
 #[tokio::test]

@@ -1,0 +1,152 @@
+//! The pooler's own timeouts against a real PostgreSQL: what the client sees (the SQLSTATE
+//! PostgreSQL itself uses for each case), the session or connection afterwards, and the
+//! server connections left in `pg_stat_activity` (each test has its own database).
+
+use std::time::{Duration, Instant};
+
+use tokio::task::block_in_place;
+use tokio_postgres::error::SqlState;
+
+use crate::core::create_db;
+use crate::support::metrics::{metric, scrape};
+use crate::support::raw::{query, sqlstate, tags, Raw};
+use crate::support::{self, Pooler};
+
+const USER: &str = "droid";
+
+fn start(db: &str, timeouts: &str) -> Pooler {
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!("pool:\n  size: 2\n  mode: transaction\n{timeouts}");
+    block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
+}
+
+/// Backends of `db` in PostgreSQL, by state.
+async fn backends(db: &str) -> Vec<String> {
+    let c = support::shared().connect(USER, "postgres").await;
+    c.query(
+        "select coalesce(state, '') from pg_stat_activity where datname = $1 \
+         and backend_type = 'client backend'",
+        &[&db],
+    )
+    .await
+    .expect("pg_stat_activity")
+    .iter()
+    .map(|r| r.get::<_, String>(0))
+    .collect()
+}
+
+fn timeouts_counted(p: &Pooler, which: &str) -> f64 {
+    metric(
+        &scrape(p),
+        "droidpool_timeouts_total",
+        &[("timeout", which)],
+    )
+    .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_timeout_cancels_and_the_session_stays() {
+    let db = "to_query";
+    let p = start(db, "  query_timeout: 500ms\n");
+    let c = p.connect(USER, db).await;
+    let t0 = Instant::now();
+    let err = c
+        .simple_query("select pg_sleep(10)")
+        .await
+        .expect_err("cancelled");
+    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // The session goes on, and a query within the limit is left alone.
+    let rows = c
+        .simple_query("select pg_sleep(0.1), 42")
+        .await
+        .expect("query");
+    assert!(!rows.is_empty());
+    assert_eq!(timeouts_counted(&p, "query"), 1.0);
+    // Nothing runs on: the server is idle (kept by the pool), not active.
+    let states = backends(db).await;
+    assert!(states.iter().all(|s| s == "idle"), "{states:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_transaction_timeout_closes_client_and_server() {
+    let db = "to_idle_tx";
+    let p = start(db, "  idle_transaction_timeout: 500ms\n");
+    let mut c = Raw::connect(p.port(), USER, db).await;
+    for sql in [
+        "begin",
+        "create table t_idle (a int)",
+        "select pg_sleep(0.8)",
+    ] {
+        // Busy is not idle: a statement longer than the limit is not cut.
+        c.send(&query(sql)).await;
+        let frames = c.until_ready().await;
+        assert!(!tags(&frames).contains('E'), "{sql}: {}", tags(&frames));
+    }
+    // Idle in the transaction: the pooler says why and closes the connection.
+    let t0 = Instant::now();
+    let fatal = c.recv().await;
+    assert_eq!(fatal.tag, b'E');
+    assert_eq!(sqlstate(&fatal), "25P03");
+    assert!(String::from_utf8_lossy(fatal.body()).contains("FATAL"));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(c.closed_within(Duration::from_secs(2)).await);
+    assert_eq!(timeouts_counted(&p, "idle_transaction"), 1.0);
+    // The server is gone (closed, so PostgreSQL rolled back): no idle-in-transaction backend.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let states = backends(db).await;
+        if !states.iter().any(|s| s.starts_with("idle in transaction")) {
+            break;
+        }
+        assert!(Instant::now() < until, "{states:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Rolled back: the table does not exist.
+    let c2 = p.connect(USER, db).await;
+    let err = c2
+        .simple_query("select * from t_idle")
+        .await
+        .expect_err("rolled back");
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_TABLE), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_timeout_ends_a_long_transaction() {
+    let db = "to_tx";
+    let p = start(db, "  transaction_timeout: 1s\n");
+    let mut c = Raw::connect(p.port(), USER, db).await;
+    // Statements in a row, never idle long, but the transaction passes 1 s.
+    c.send(&query("begin")).await;
+    c.until_ready().await;
+    let mut fatal = None;
+    'queries: for _ in 0..10 {
+        c.send(&query("select pg_sleep(0.3)")).await;
+        while let Some(f) = c.try_recv().await {
+            match f.tag {
+                b'E' => {
+                    fatal = Some(f);
+                    break 'queries;
+                }
+                b'Z' => continue 'queries,
+                _ => {}
+            }
+        }
+        break;
+    }
+    let fatal = fatal.expect("the transaction was ended");
+    assert_eq!(sqlstate(&fatal), "25P04");
+    assert!(String::from_utf8_lossy(fatal.body()).contains("FATAL"));
+    assert_eq!(timeouts_counted(&p, "transaction"), 1.0);
+    let until = Instant::now() + Duration::from_secs(5);
+    while backends(db).await.iter().any(|s| s != "idle") {
+        assert!(Instant::now() < until, "{:?}", backends(db).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Transactions within the limit are not touched.
+    let c2 = p.connect(USER, db).await;
+    c2.simple_query("begin; select 1; commit")
+        .await
+        .expect("short");
+}
