@@ -19,6 +19,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
+        .route("/console", post(console))
         .route("/reload", post(reload))
         .route("/drain", post(drain))
         .with_state(shared)
@@ -92,6 +93,25 @@ async fn reload(
     }
     s.reload.notify_one();
     (StatusCode::ACCEPTED, "reload requested\n").into_response()
+}
+
+/// `POST /console` with a console command as the body (`PAUSE orders`, `SHOW DATABASES`):
+/// the admin console over HTTP, authorised like `/drain`; answered as text.
+async fn console(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if !authorized(&s, peer, &headers) {
+        return (StatusCode::FORBIDDEN, "forbidden\n").into_response();
+    }
+    let answer = crate::client::console::execute(&s, &body, "http").await;
+    let code = match answer {
+        crate::client::console::Answer::Error(..) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    (code, answer.to_text()).into_response()
 }
 
 async fn drain(

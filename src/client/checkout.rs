@@ -27,7 +27,7 @@ impl Session<'_> {
     /// clock read, and the server taken if it only needs a sync.
     pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
         let started = Instant::now();
-        if self.shared.lifecycle.is_paused() {
+        if self.shared.lifecycle.is_paused_for(self.pool.database()) {
             return Err(Taken {
                 started,
                 conn: None,
@@ -61,10 +61,11 @@ impl Session<'_> {
         // The wait for a server (and its deadline) starts after any PAUSE.
         let mut since = tokio::time::Instant::from_std(started);
         let mut paused = false;
-        while l.is_paused() {
+        let pool = self.pool.clone();
+        while l.is_paused_for(pool.database()) {
             paused = true;
             tokio::select! {
-                _ = l.wait_unpaused() => {}
+                _ = l.wait_unpaused_for(pool.database()) => {}
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
@@ -75,7 +76,6 @@ impl Session<'_> {
         if paused {
             since = tokio::time::Instant::now();
         }
-        let pool = self.pool.clone();
         let checkout = pool.checkout_since(since);
         tokio::pin!(checkout);
         loop {

@@ -74,46 +74,99 @@ pub(super) async fn serve(
 }
 
 async fn run(shared: &Arc<Shared>, sql: &str, out: &mut BytesMut) {
+    match execute(shared, sql, "console").await {
+        Answer::Table(cols, rows) => {
+            table(out, cols, &rows);
+            complete(out, "SHOW");
+        }
+        Answer::Done(tag) => complete(out, tag),
+        Answer::Error(code, message) => {
+            backend::error_response(out, &error_fields(code, message));
+        }
+    }
+}
+
+/// What a console command answers, for the console's protocol or the admin HTTP server.
+pub enum Answer {
+    Table(&'static [&'static str], Vec<Vec<String>>),
+    Done(&'static str),
+    Error(&'static str, String),
+}
+
+impl Answer {
+    /// The answer as text: a header and tab-separated rows, the tag, or `ERROR code: ...`.
+    pub fn to_text(&self) -> String {
+        match self {
+            Answer::Table(cols, rows) => {
+                let mut out = cols.join("\t") + "\n";
+                for r in rows {
+                    out.push_str(&r.join("\t"));
+                    out.push('\n');
+                }
+                out
+            }
+            Answer::Done(tag) => format!("{tag}\n"),
+            Answer::Error(code, m) => format!("ERROR {code}: {m}\n"),
+        }
+    }
+}
+
+/// Runs one console command (`via`: where it came from, for the audit line).
+pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
     let Some(cmd) = Command::parse(sql) else {
-        let e = error_fields(
+        return Answer::Error(
             sqlstate::SYNTAX_ERROR,
-            format!("unknown console command: {sql:?} (SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION, PAUSE, RESUME, RELOAD, SHUTDOWN)"),
+            format!("unknown console command: {sql:?} (SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION|DATABASES|USERS|LISTS|STATE|TOTALS, PAUSE [db], RESUME [db], DISABLE db, ENABLE db, RELOAD, SHUTDOWN)"),
         );
-        backend::error_response(out, &e);
-        return;
     };
+    if !matches!(cmd, Command::Show(_)) {
+        // Every command that changes something is audited.
+        tracing::info!(command = sql.trim(), via, "admin command");
+    }
+    let l = &shared.lifecycle;
     match &cmd {
-        Command::Show(what) => return show(shared, what, out),
-        Command::Pause => {
-            shared.lifecycle.pause();
-            shared.metrics.lifecycle.paused.set(1);
+        Command::Show(what) => return show(shared, what),
+        Command::Pause(db) => {
+            match db {
+                Some(db) => l.pause_db(db),
+                None => {
+                    l.pause();
+                    shared.metrics.lifecycle.paused.set(1);
+                }
+            }
             // Like PgBouncer: answer once running transactions have given their servers back.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while busy_servers(shared) > 0 && tokio::time::Instant::now() < deadline {
+            while busy_servers(shared, db.as_deref()) > 0 && tokio::time::Instant::now() < deadline
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        Command::Resume => {
-            shared.lifecycle.resume();
+        Command::Resume(Some(db)) => l.resume_db(db),
+        Command::Resume(None) => {
+            l.resume();
             shared.metrics.lifecycle.paused.set(0);
         }
+        Command::Disable(db) => l.set_disabled(db, true),
+        Command::Enable(db) => l.set_disabled(db, false),
         Command::Reload => shared.reload.notify_one(),
-        Command::Shutdown => shared.lifecycle.begin_drain(),
+        Command::Shutdown => l.begin_drain(),
     }
-    complete(out, cmd.tag());
+    Answer::Done(cmd.tag())
 }
 
-fn busy_servers(shared: &Shared) -> i64 {
+/// Servers in use (of one database's pools, or all).
+fn busy_servers(shared: &Shared, db: Option<&str>) -> i64 {
     shared
         .pools
         .all()
         .iter()
+        .filter(|p| db.map_or(true, |d| p.database() == d))
         .map(|p| p.snapshot().servers_active)
         .sum()
 }
 
-fn show(shared: &Arc<Shared>, what: &str, out: &mut BytesMut) {
-    let (cols, rows): (&[&str], Vec<Vec<String>>) = match what {
+fn show(shared: &Arc<Shared>, what: &str) -> Answer {
+    let (cols, rows): (&'static [&'static str], Vec<Vec<String>>) = match what {
         "POOLS" => (
             &[
                 "database",
@@ -223,17 +276,34 @@ fn show(shared: &Arc<Shared>, what: &str, out: &mut BytesMut) {
             &["version"],
             vec![vec![format!("droid-pool {}", env!("CARGO_PKG_VERSION"))]],
         ),
+        "DATABASES" => (
+            super::console_show::DATABASES,
+            super::console_show::databases(shared),
+        ),
+        "USERS" => (
+            super::console_show::USERS,
+            super::console_show::users(shared),
+        ),
+        "LISTS" => (
+            super::console_show::LISTS,
+            super::console_show::lists(shared),
+        ),
+        "STATE" => (
+            super::console_show::STATE,
+            super::console_show::state(shared),
+        ),
+        "TOTALS" => (
+            super::console_show::TOTALS,
+            super::console_show::totals(shared),
+        ),
         _ => {
-            let e = error_fields(
+            return Answer::Error(
                 sqlstate::SYNTAX_ERROR,
                 format!("unknown SHOW target {what:?}"),
             );
-            backend::error_response(out, &e);
-            return;
         }
     };
-    table(out, cols, &rows);
-    complete(out, "SHOW");
+    Answer::Table(cols, rows)
 }
 
 /// Every setting as `section.key = value`, secrets redacted.

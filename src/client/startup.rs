@@ -154,6 +154,16 @@ async fn login_inner(
         }
         return Ok(Outcome::Console(buf, out));
     }
+    if shared.lifecycle.is_disabled(&key.database) {
+        // PostgreSQL's own answer for a database that takes no connections.
+        return Err(ClientError::Fatal {
+            code: sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            message: format!(
+                "database \"{}\" is not currently accepting connections (DISABLE in the admin console)",
+                key.database
+            ),
+        });
+    }
     let client_id = shared.counters.next_client_id();
     *id = Some(client_id);
     shared.events.client_connected(client_id);

@@ -53,6 +53,11 @@ pub struct Lifecycle {
     pub abort: Signal,
     /// PAUSE lifted.
     pub resumed: tokio::sync::Notify,
+    /// Databases paused (`PAUSE db`) and disabled (`DISABLE db`) in the console; the flag
+    /// spares the data plane the lookup while none is paused.
+    paused_dbs: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    any_db_paused: AtomicBool,
+    disabled_dbs: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub accepted: AtomicU64,
     pub completed: AtomicU64,
     pub refused: AtomicU64,
@@ -73,6 +78,9 @@ impl Default for Lifecycle {
             close_idle: Signal::default(),
             abort: Signal::default(),
             resumed: tokio::sync::Notify::new(),
+            paused_dbs: Default::default(),
+            any_db_paused: AtomicBool::new(false),
+            disabled_dbs: Default::default(),
             accepted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -82,6 +90,11 @@ impl Default for Lifecycle {
 }
 
 impl Lifecycle {
+    /// How long this pooler has been up.
+    pub fn uptime(&self) -> std::time::Duration {
+        self.born.elapsed()
+    }
+
     fn now_ms(&self) -> u64 {
         self.born.elapsed().as_millis() as u64
     }
@@ -161,16 +174,60 @@ impl Lifecycle {
         self.paused.load(Ordering::Acquire)
     }
 
-    /// Waits while PAUSE holds new transactions.
-    pub async fn wait_unpaused(&self) {
-        while self.is_paused() {
+    /// Whether new transactions on `db` wait: everything is paused, or that database is.
+    pub fn is_paused_for(&self, db: &str) -> bool {
+        self.is_paused()
+            || (self.any_db_paused.load(Ordering::Acquire) && lock(&self.paused_dbs).contains(db))
+    }
+
+    /// `PAUSE db`.
+    pub fn pause_db(&self, db: &str) {
+        let mut set = lock(&self.paused_dbs);
+        set.insert(db.to_owned());
+        self.any_db_paused.store(true, Ordering::Release);
+    }
+
+    /// `RESUME db`.
+    pub fn resume_db(&self, db: &str) {
+        let mut set = lock(&self.paused_dbs);
+        set.remove(db);
+        self.any_db_paused.store(!set.is_empty(), Ordering::Release);
+        drop(set);
+        self.resumed.notify_waiters();
+    }
+
+    pub fn paused_dbs(&self) -> Vec<String> {
+        lock(&self.paused_dbs).iter().cloned().collect()
+    }
+
+    /// `DISABLE db` (`false`: `ENABLE db`): new clients of `db` are refused.
+    pub fn set_disabled(&self, db: &str, disabled: bool) {
+        let mut set = lock(&self.disabled_dbs);
+        if disabled {
+            set.insert(db.to_owned());
+        } else {
+            set.remove(db);
+        }
+    }
+
+    pub fn is_disabled(&self, db: &str) -> bool {
+        lock(&self.disabled_dbs).contains(db)
+    }
+
+    /// Waits while PAUSE (of everything or of `db`) holds new transactions.
+    pub async fn wait_unpaused_for(&self, db: &str) {
+        while self.is_paused_for(db) {
             let notified = self.resumed.notified();
-            if !self.is_paused() {
+            if !self.is_paused_for(db) {
                 return;
             }
             notified.await;
         }
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -279,6 +279,15 @@ impl Pool {
         self.lock().idle.iter().map(|c| c.id).collect()
     }
 
+    /// The client-side database name of this pool.
+    pub fn database(&self) -> &str {
+        &self.inner.database
+    }
+
+    pub fn user(&self) -> &str {
+        &self.inner.user
+    }
+
     /// Whether the pooler is draining (its servers then go back as clients leave).
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::Acquire)

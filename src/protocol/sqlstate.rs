@@ -23,3 +23,5 @@ pub const SYNTAX_ERROR: &str = "42601";
 pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 /// PostgreSQL's `transaction_timeout` (17+).
 pub const TRANSACTION_TIMEOUT: &str = "25P04";
+/// PostgreSQL's answer for a database that takes no connections (`datallowconn`).
+pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";

@@ -1,6 +1,7 @@
 //! Hot reload (file change, Kubernetes ConfigMap symlink swap, broken files) and the SQL admin
 //! console through psql, against the real binary and a real PostgreSQL.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -525,4 +526,142 @@ async fn rendered_configs_print_no_per_transaction_lines() {
     }))
     .await;
     assert!(per_txn(&cli_lines) >= 2000, "{}", per_txn(&cli_lines));
+}
+
+/// PgBouncer's `SHOW DATABASES`, `USERS`, `LISTS`, `STATE` and `TOTALS`, with the column
+/// (and, for LISTS and TOTALS, row) names PgBouncer 1.18 prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_shows_pgbouncers_columns() {
+    let pg = support::shared();
+    let yaml = format!("admin:\n  console_users: [{USER}]\npool:\n  size: 3\n");
+    let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let app = pooler.connect(USER, DB).await;
+    app.simple_query("select 1").await.unwrap();
+    let show = |what: &str| {
+        let (ok, out, err) =
+            block_in_place(|| psql(&pooler, USER, "droidpool", &format!("SHOW {what}")));
+        assert!(ok, "{err}");
+        out
+    };
+    let dbs = show("DATABASES");
+    let mut lines = dbs.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "name|host|port|database|force_user|pool_size|min_pool_size|reserve_pool|pool_mode|\
+         max_connections|current_connections|paused|disabled"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split('|').collect();
+    assert_eq!((row[0], row[5], row[8]), (DB, "3", "transaction"), "{dbs}");
+    assert_eq!((row[11], row[12]), ("0", "0"), "{dbs}");
+    assert!(show("USERS").starts_with(&format!("name|pool_mode\n{USER}|")));
+    let lists = show("LISTS");
+    let names: Vec<&str> = lists
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('|').map(|(k, _)| k))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "databases",
+            "users",
+            "pools",
+            "free_clients",
+            "used_clients",
+            "login_clients",
+            "free_servers",
+            "used_servers",
+            "dns_names",
+            "dns_zones",
+            "dns_queries",
+            "dns_pending"
+        ]
+    );
+    let totals = show("TOTALS");
+    let rows: BTreeMap<&str, u64> = totals
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('|'))
+        .map(|(k, v)| (k, v.trim().parse().unwrap()))
+        .collect();
+    for k in [
+        "total_xact_count",
+        "total_query_count",
+        "total_client_bytes",
+        "total_server_bytes",
+        "total_xact_time",
+        "total_query_time",
+        "total_wait_time",
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_client_bytes",
+        "avg_server_bytes",
+        "avg_xact_time",
+        "avg_query_time",
+        "avg_wait_time",
+    ] {
+        assert!(rows.contains_key(k), "{k} missing: {totals}");
+    }
+    assert!(rows["total_query_count"] >= 1, "{totals}");
+    assert!(show("STATE").contains("paused|no"));
+}
+
+/// `PAUSE db` holds only that database's new transactions; `DISABLE db` refuses its new
+/// clients with PostgreSQL's 55000; both through the console and `POST /console`, which
+/// needs the same authorisation as `/drain`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_pauses_and_disables_one_database() {
+    let pg = support::shared();
+    crate::core::create_db(pg, "console_other");
+    let yaml =
+        format!("admin:\n  console_users: [{USER}]\npool:\n  size: 2\n  mode: transaction\n");
+    let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let a = pooler.connect(USER, DB).await;
+    let b = pooler.connect(USER, "console_other").await;
+    let (ok, out, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "PAUSE console_other"));
+    assert!(ok && out.trim() == "PAUSE", "{out} {err}");
+    // The other database is served; the paused one waits.
+    assert_eq!(a.simple_query("select 1").await.unwrap().len(), 3);
+    let held = tokio::spawn(async move { (b.simple_query("select 2").await.map(|r| r.len()), b) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "a paused database was served");
+    let dbs = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW DATABASES")).1;
+    assert!(
+        dbs.lines()
+            .any(|l| l.starts_with("console_other|") && l.ends_with("|1|0")),
+        "{dbs}"
+    );
+    // Over HTTP, as /drain: RESUME that database.
+    let (code, body) =
+        block_in_place(|| http_post_body(pooler.admin_port(), "/console", "RESUME console_other"));
+    assert_eq!((code, body.trim()), (200, "RESUME"));
+    let (r, b) = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.unwrap(), 3);
+
+    // DISABLE: connected clients stay, new ones are refused with 55000.
+    let (ok, _, err) = block_in_place(|| psql(&pooler, USER, "droidpool", "DISABLE console_other"));
+    assert!(ok, "{err}");
+    let refused = tokio_postgres::connect(
+        &pooler.conn_string(USER, "console_other"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert_eq!(crate::core::code(&refused), "55000", "{refused}");
+    assert_eq!(b.simple_query("select 3").await.unwrap().len(), 3);
+    let (code, _) =
+        block_in_place(|| http_post_body(pooler.admin_port(), "/console", "ENABLE console_other"));
+    assert_eq!(code, 200);
+    let again = pooler.connect(USER, "console_other").await;
+    assert_eq!(again.simple_query("select 4").await.unwrap().len(), 3);
+    let (code, body) = block_in_place(|| http_post_body(pooler.admin_port(), "/console", "FROB"));
+    assert_eq!(code, 400, "{body}");
+}
+
+fn http_post_body(port: u16, path: &str, body: &str) -> (u16, String) {
+    crate::support::pooler::http_request_body(port, "POST", path, body)
 }

@@ -504,6 +504,11 @@ fn read_lines(stdout: ChildStdout, shared: &Shared) {
 /// A minimal blocking HTTP/1.1 request (no client crate needed); `(0, error)` when the
 /// connection fails.
 pub fn http_request(port: u16, method: &str, path: &str) -> (u16, String) {
+    http_request_body(port, method, path, "")
+}
+
+/// [`http_request`] with a request body.
+pub fn http_request_body(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
         Ok(s) => s,
@@ -511,7 +516,8 @@ pub fn http_request(port: u16, method: &str, path: &str) -> (u16, String) {
     };
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     );
     if let Err(e) = s.write_all(req.as_bytes()) {
         return (0, e.to_string());
