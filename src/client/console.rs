@@ -8,6 +8,7 @@ use crate::net::ClientStream;
 use bytes::{BufMut, BytesMut};
 
 use super::command::Command;
+use super::console_show as show;
 use super::error::{error_fields, ClientError};
 use super::io::read_some;
 use crate::protocol::frame::{self, begin, finish};
@@ -276,26 +277,11 @@ fn show(shared: &Arc<Shared>, what: &str) -> Answer {
             &["version"],
             vec![vec![format!("droid-pool {}", env!("CARGO_PKG_VERSION"))]],
         ),
-        "DATABASES" => (
-            super::console_show::DATABASES,
-            super::console_show::databases(shared),
-        ),
-        "USERS" => (
-            super::console_show::USERS,
-            super::console_show::users(shared),
-        ),
-        "LISTS" => (
-            super::console_show::LISTS,
-            super::console_show::lists(shared),
-        ),
-        "STATE" => (
-            super::console_show::STATE,
-            super::console_show::state(shared),
-        ),
-        "TOTALS" => (
-            super::console_show::TOTALS,
-            super::console_show::totals(shared),
-        ),
+        "DATABASES" => (show::DATABASES, show::databases(shared)),
+        "USERS" => (show::USERS, show::users(shared)),
+        "LISTS" => (show::LISTS, show::lists(shared)),
+        "STATE" => (show::STATE, show::state(shared)),
+        "TOTALS" => (show::TOTALS, show::totals(shared)),
         _ => {
             return Answer::Error(
                 sqlstate::SYNTAX_ERROR,

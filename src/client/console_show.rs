@@ -49,7 +49,6 @@ pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
         let e = by_db.entry(s.database.clone()).or_insert((0, s.mode));
         e.0 += servers_open(&s);
     }
-    let paused_all = shared.lifecycle.is_paused();
     by_db
         .into_iter()
         .map(|(name, (open, mode))| {
@@ -65,7 +64,7 @@ pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
                 mode.into(),
                 "0".into(),
                 open.to_string(),
-                flag(paused_all || shared.lifecycle.is_paused_for(&name)),
+                flag(shared.lifecycle.is_paused_for(&name)),
                 flag(shared.lifecycle.is_disabled(&name)),
             ]
         })

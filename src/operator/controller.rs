@@ -90,12 +90,13 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             // A deleted PoolConfig is never reconciled again: drop its condition series.
-            let state = store.state();
-            ctx.metrics.retain_poolconfigs(|ns, name| {
-                state
-                    .iter()
-                    .any(|pc| pc.namespace().as_deref() == Some(ns) && pc.name_any() == name)
-            });
+            let live: std::collections::HashSet<(String, String)> = store
+                .state()
+                .iter()
+                .map(|pc| (pc.namespace().unwrap_or_default(), pc.name_any()))
+                .collect();
+            ctx.metrics
+                .retain_poolconfigs(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
             async move {
                 match result {
                     Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),

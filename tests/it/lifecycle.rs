@@ -1215,14 +1215,29 @@ async fn a_drain_gives_idle_servers_back_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The clients are still served (a new server for the one that asks) ...
-    assert_eq!(scalar(&clients[0], "select 7").await, "7");
-    assert!(servers_open(&pooler) <= 1, "{}", status_json(&pooler));
-    // ... and once only one client is left, one idle server at most stays for it.
-    assert_eq!(scalar(&clients[1], "select 8").await, "8");
+    // The clients are still served: two transactions at once take two new servers, which
+    // stay idle while three clients are left to use them ...
+    let runs: Vec<_> = clients[..2]
+        .iter()
+        .map(|c| c.simple_query("select pg_sleep(0.3)"))
+        .collect();
+    for r in futures_util::future::join_all(runs).await {
+        r.expect("served while draining");
+    }
+    assert_eq!(servers_open(&pooler), 2, "{}", status_json(&pooler));
+    // ... and as clients leave, the servers go with them: one client left, one server.
     clients.truncate(1);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(servers_open(&pooler) <= 1, "{}", status_json(&pooler));
+    let t0 = Instant::now();
+    while servers_open(&pooler) > 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "servers not given back as clients left: {}",
+            status_json(&pooler)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(servers_open(&pooler), 1, "{}", status_json(&pooler));
+    assert_eq!(scalar(&clients[0], "select 7").await, "7");
     drop(clients);
     let status = wait_exit(&pooler, Duration::from_secs(10));
     assert_eq!(exit_code(status), Ok(0));
