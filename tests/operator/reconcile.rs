@@ -262,16 +262,18 @@ async fn deployment_target_and_replica_changes() {
         .annotations
         .expect("annotations")[RESTART_CHECKSUM_ANNOTATION]
         .clone();
-    let svc = Api::<Service>::namespaced(client.clone(), &ns)
-        .get("orders")
-        .await
-        .expect("Service");
+    // Applied after the Deployment, in the same reconciliation: it may not be there yet.
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let svc = eventually("Service", || async {
+        services.get_opt("orders").await.ok()?
+    })
+    .await;
     assert_eq!(svc.spec.expect("spec").ports.expect("ports")[0].port, 6432);
     // Kubernetes 1.20 serves PodDisruptionBudget only as policy/v1beta1: discovery chose it.
     let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
     let pdbs =
         Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
-    let pdb = pdbs.get("orders").await.expect("PDB");
+    let pdb = eventually("PDB", || async { pdbs.get_opt("orders").await.ok()? }).await;
     assert_eq!(pdb.data["spec"]["maxUnavailable"], 1);
     assert_eq!(
         pdb.metadata.owner_references.expect("owned")[0].name,
