@@ -70,6 +70,7 @@ else
 fi
 POOL_SIZE=4     # server connections (droid-pool pool.size, PgBouncer default_pool_size)
 MAX_WAITING=40  # droid-pool pool.max_waiting_clients
+QUERY_WAIT_S=1  # droid-pool pool.query_wait_timeout: the longest a client waits in its queue
 RATE=40         # actions/s of each client kind: 80/s offered, the pool serves about 40/s
 CONNS=60        # client connections of each kind
 NS_DB=dpgd-db
@@ -248,7 +249,7 @@ log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') in $NS_DB at 
 cat >"$WORK/droid-pool.yaml" <<YAML
 listen: {addr: 127.0.0.1, port: $POOL_PORT}
 server: {host: $DB_IP, port: $PG_PORT, connect_timeout: 500ms}
-pool: {mode: transaction, size: $POOL_SIZE, max_waiting_clients: $MAX_WAITING, query_wait_timeout: 1s}
+pool: {mode: transaction, size: $POOL_SIZE, max_waiting_clients: $MAX_WAITING, query_wait_timeout: ${QUERY_WAIT_S}s}
 admin: {addr: 127.0.0.1, port: $ADMIN_PORT}
 log: {events: false}
 YAML
@@ -394,7 +395,7 @@ run_one() {
 {"target": "$target", "scenario": "$scenario", "t0": $t0, "warmup_s": $WARMUP,
  "baseline_s": $BASELINE, "fault_s": $FAULT, "after_s": $AFTER,
  "fault_start": $fault_start, "heal": $heal_done, "end": $(add "$heal_done" "$AFTER"),
- "pool_size": $POOL_SIZE, "max_waiting": $max_waiting, "rate_per_kind": $RATE,
+ "pool_size": $POOL_SIZE, "max_waiting": $max_waiting, "query_wait_timeout_s": $QUERY_WAIT_S, "rate_per_kind": $RATE,
  "conns_per_kind": $CONNS, "client_host": "$APP_IP", "short": $([[ $SHORT -eq 1 ]] && echo true || echo false),
  "version": "$VERSION", "pgbouncer_version": "$PGB_VERSION"}
 JSON

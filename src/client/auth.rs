@@ -142,7 +142,7 @@ async fn credential(
             Ok(cred)
         }
         Err(e) => {
-            pool.discard(conn);
+            pool.discard(conn, crate::pool::CloseReason::Broken);
             lookups.with_label_values(&["error"]).inc();
             tracing::warn!(error = %e, "auth_query lookup failed");
             Err(unavailable())

@@ -9,6 +9,7 @@ use super::io::read_some;
 use super::pass::Pass;
 use super::session::Session;
 use crate::config::PoolMode;
+use crate::pool::CloseReason;
 use crate::protocol::backend;
 use crate::server::Server;
 
@@ -98,7 +99,8 @@ impl Session<'_> {
         if let Err(e) = self.sync_settings(&mut conn).await {
             match e {
                 ClientError::Rejected(_) => self.pool.checkin(conn),
-                _ => self.pool.discard(conn),
+                ClientError::Gone => self.pool.discard(conn, CloseReason::ClientEnded),
+                _ => self.pool.discard(conn, CloseReason::Broken),
             }
             return Err(e);
         }

@@ -7,7 +7,7 @@ use bytes::BytesMut;
 
 use super::session::Session;
 use crate::config::PoolMode;
-use crate::pool::Pool;
+use crate::pool::{CloseReason, Pool};
 use crate::protocol::{backend, frontend};
 use crate::server::Server;
 
@@ -34,7 +34,12 @@ impl Session<'_> {
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
         if !clean {
-            self.pool.discard(conn);
+            let reason = if server_ok {
+                CloseReason::ClientEnded
+            } else {
+                CloseReason::Broken
+            };
+            self.pool.discard(conn, reason);
         } else if self.mode == PoolMode::Session && !reset.is_empty() {
             tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
         } else {
@@ -83,6 +88,6 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
             conn.applied = Default::default();
             pool.checkin(conn)
         }
-        _ => pool.discard(conn),
+        _ => pool.discard(conn, CloseReason::ResetFailed),
     }
 }

@@ -4,6 +4,7 @@
 use bytes::BytesMut;
 
 use super::error::ClientError;
+use super::io::read_some;
 use super::session::Session;
 use crate::protocol::{backend, frontend};
 use crate::server::{read_frame, Server};
@@ -29,7 +30,17 @@ impl Session<'_> {
             .map_err(|e| lost(e.to_string()))?;
         let mut rejected = None;
         loop {
-            let f = read_frame(conn).await.map_err(|e| lost(e.to_string()))?;
+            // The client is watched meanwhile: one that leaves while a server does not answer
+            // (a network partition) must not keep that server checked out until it does.
+            let f = tokio::select! {
+                f = read_frame(conn) => f.map_err(|e| lost(e.to_string()))?,
+                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                    if r? == 0 {
+                        return Err(ClientError::Gone);
+                    }
+                    continue;
+                }
+            };
             match f.tag {
                 backend::PARAMETER_STATUS_TAG => {
                     if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {

@@ -46,6 +46,8 @@ pub struct ClientMetrics {
 pub struct ServerMetrics {
     /// Server login attempts by result (success, failure, config_error).
     pub connects: IntCounterVec,
+    /// Server connections closed, by why (`pool::CloseReason`).
+    pub closed: IntCounterVec,
 }
 
 pub struct PreparedMetrics {
@@ -207,6 +209,12 @@ impl Metrics {
                 "droidpool_server_connect_attempts_total",
                 "Server login attempts by result.",
                 &["result"],
+            ),
+            closed: counter_vec(
+                &r,
+                "droidpool_servers_closed_total",
+                "Server connections closed, by reason.",
+                &["reason"],
             ),
         };
         let prepared = PreparedMetrics {

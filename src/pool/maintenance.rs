@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Pool;
+use super::{CloseReason, Pool};
 
 const TICK: Duration = Duration::from_secs(1);
 
@@ -58,19 +58,29 @@ impl Pool {
                 let idle_too_long = !s.idle_timeout.is_zero()
                     && now.duration_since(conn.last_used) >= s.idle_timeout
                     && open > s.min_size;
-                if conn.is_expired(now) || idle_too_long || !conn.is_usable_idle() {
-                    open -= 1;
-                    retire.push(conn);
+                let reason = if conn.is_expired(now) {
+                    Some(CloseReason::Lifetime)
+                } else if idle_too_long {
+                    Some(CloseReason::IdleTimeout)
+                } else if !conn.is_usable_idle() {
+                    Some(CloseReason::Unusable)
                 } else {
-                    keep.push_back(conn);
+                    None
+                };
+                match reason {
+                    Some(r) => {
+                        open -= 1;
+                        retire.push((conn, r));
+                    }
+                    None => keep.push_back(conn),
                 }
             }
             st.idle = keep;
             self.spawn_connects(&mut st);
             retire
         };
-        for conn in retire {
-            self.close(conn);
+        for (conn, reason) in retire {
+            self.close(conn, reason);
         }
         // A draining pooler keeps no warm minimum: its servers go back as clients leave.
         let mut open = self.open_count();
@@ -82,7 +92,7 @@ impl Pool {
     fn close_idle(&self) {
         let idle: Vec<_> = self.lock().idle.drain(..).collect();
         for conn in idle {
-            self.close(conn);
+            self.close(conn, CloseReason::Retired);
         }
     }
 }

@@ -26,6 +26,41 @@ use crate::server::{Server, ServerTarget};
 use crate::shared::Counters;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+/// Why a server connection is closed: the `reason` label of `droidpool_servers_closed_total`,
+/// so churn (and the logins that replace it) can be told apart from recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its client's session ended while it was busy or inside a transaction: it is not in a
+    /// state another client may inherit.
+    ClientEnded,
+    /// It failed, was lost, or answered out of step.
+    Broken,
+    /// `server.lifetime` passed.
+    Lifetime,
+    /// Idle longer than `server.idle_timeout`.
+    IdleTimeout,
+    /// An idle server that had closed or had something to say (EOF, a FATAL).
+    Unusable,
+    /// Not needed any more: the pool shrank, the pooler drains or shuts down.
+    Retired,
+    /// The session-mode reset query failed.
+    ResetFailed,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::ClientEnded => "client_ended",
+            CloseReason::Broken => "broken",
+            CloseReason::Lifetime => "lifetime",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Unusable => "unusable",
+            CloseReason::Retired => "retired",
+            CloseReason::ResetFailed => "reset_failed",
+        }
+    }
+}
+
 /// Settings a pool reads; taken from the config when the pool is made.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolSettings {
@@ -237,7 +272,7 @@ impl Pool {
             out
         };
         for conn in surplus {
-            self.close(conn);
+            self.close(conn, CloseReason::Retired);
         }
     }
 
@@ -270,6 +305,7 @@ impl Pool {
         let idle: Vec<_> = self.lock().idle.drain(..).collect();
         for conn in idle {
             self.inner.events.server_closed(conn.id);
+            self.count_close(CloseReason::Retired);
             terminate(conn).await;
         }
     }
@@ -372,8 +408,12 @@ impl Pool {
 
     fn take_idle(&self, st: &mut PoolState, round_robin: bool, now: Instant) -> Option<Server> {
         while let Some(conn) = pop_idle(st, round_robin) {
-            if conn.is_expired(now) || !conn.is_usable_idle() {
-                self.close(conn);
+            if conn.is_expired(now) {
+                self.close(conn, CloseReason::Lifetime);
+                continue;
+            }
+            if !conn.is_usable_idle() {
+                self.close(conn, CloseReason::Unusable);
                 continue;
             }
             return Some(conn);
@@ -478,7 +518,12 @@ impl Pool {
     pub fn checkin_at(&self, mut conn: Server, now: Instant) {
         let over = self.inner.debt.load(Ordering::Relaxed) > 0;
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
-            self.close(conn);
+            let reason = if conn.is_expired(now) {
+                CloseReason::Lifetime
+            } else {
+                CloseReason::Retired
+            };
+            self.close(conn, reason);
             self.lock_and_spawn();
             return;
         }
@@ -490,7 +535,7 @@ impl Pool {
                 // has left will not need one), so the servers go back as clients leave.
                 if self.is_draining() && st.idle.len() as i64 >= self.attached_clients() {
                     drop(st);
-                    self.close(conn);
+                    self.close(conn, CloseReason::Retired);
                     return;
                 }
                 st.idle.push_back(conn);
@@ -506,8 +551,8 @@ impl Pool {
     }
 
     /// Closes a server that must not be reused (broken, mid-transaction, expired).
-    pub fn discard(&self, conn: Server) {
-        self.close(conn);
+    pub fn discard(&self, conn: Server, reason: CloseReason) {
+        self.close(conn, reason);
         self.lock_and_spawn();
     }
 
@@ -516,8 +561,18 @@ impl Pool {
         self.spawn_connects(&mut st);
     }
 
-    fn close(&self, mut conn: Server) {
+    fn count_close(&self, reason: CloseReason) {
+        self.inner
+            .metrics
+            .servers
+            .closed
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    fn close(&self, mut conn: Server, reason: CloseReason) {
         self.inner.events.server_closed(conn.id);
+        self.count_close(reason);
         // Give the capacity back now (a shrink may be waiting to forget it).
         drop(conn.permit.take());
         self.settle_debt();
@@ -576,7 +631,7 @@ impl Drop for PoolClient {
                     .flatten()
             };
             if let Some(conn) = extra {
-                self.0.close(conn);
+                self.0.close(conn, CloseReason::Retired);
             }
         }
     }

@@ -862,3 +862,69 @@ async fn fault_proxy_modes() {
     assert!(broken.is_err(), "a reset session must break");
     assert_eq!(proxy.accepted(), 3);
 }
+
+/// A client whose settings differ from the idle server's gets that server brought in line
+/// first (a SET before its query). When the network to PostgreSQL black-holes during that SET
+/// and the client gives up and closes, the server is closed at once rather than held for that
+/// client until the network heals: a pool of one serves the next client right after the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_during_the_settings_sync_frees_its_server() {
+    let _serial = SERIAL.lock().await;
+    let pg = support::shared();
+    let proxy = FaultProxy::start(pg.port).await;
+    let rig = Rig::start(proxy.port(), "pool:\n  size: 1\n");
+    let servers =
+        |state: &str| metric_or_zero(&rig.metrics(), "droidpool_servers", &[("state", state)]);
+    let mut first = Raw::connect(rig.pooler.port(), USER, DB).await;
+    first.send(&raw::query("select 1")).await;
+    assert_eq!(raw::tags(&first.until_ready().await), "TDCZ");
+    assert_eq!(
+        servers("idle"),
+        1.0,
+        "one idle server with the default settings"
+    );
+
+    proxy.set_mode(Mode::BlackHole);
+    let params = [
+        ("user", USER),
+        ("database", DB),
+        ("application_name", "sync_then_leave"),
+    ];
+    let mut leaving = Raw::connect_with(rig.pooler.port(), &params).await;
+    leaving.send(&raw::query("select 2")).await;
+    // The server is taken for the SET, which the network swallows.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while servers("active") != 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the server was never taken for the sync"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(leaving.silent_for(Duration::from_millis(300)).await);
+    drop(leaving);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while servers("active") != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the server stayed checked out for a client that left during its sync"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric_or_zero(
+            &rig.metrics(),
+            "droidpool_servers_closed_total",
+            &[("reason", "client_ended")]
+        ),
+        1.0,
+        "counted as closed because its client ended"
+    );
+    // The stalled server was closed, not returned: after the heal a new one serves at once.
+    proxy.set_mode(Mode::Pass);
+    first.send(&raw::query("select 3")).await;
+    let frames = tokio::time::timeout(Duration::from_secs(3), first.until_ready())
+        .await
+        .expect("served within 3 s of the heal");
+    assert_eq!(raw::tags(&frames), "TDCZ");
+}

@@ -128,6 +128,11 @@ pub fn first_col(f: &Frame) -> Option<String> {
 impl Raw {
     /// Connects and logs in (trust), reading up to the first ReadyForQuery.
     pub async fn connect(port: u16, user: &str, db: &str) -> Raw {
+        Raw::connect_with(port, &[("user", user), ("database", db)]).await
+    }
+
+    /// As [`Raw::connect`], with the startup packet's parameters given in full.
+    pub async fn connect_with(port: u16, params: &[(&str, &str)]) -> Raw {
         let stream = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect to pooler");
@@ -136,7 +141,7 @@ impl Raw {
             buf: BytesMut::new(),
         };
         let mut b = BytesMut::new();
-        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
+        frontend::startup_message(&mut b, params);
         raw.send(&b).await;
         let login = raw.until_ready().await;
         assert_eq!(
