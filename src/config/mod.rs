@@ -729,6 +729,22 @@ mod tests {
     }
 
     #[test]
+    fn check_query_and_cancel_wait_timeout() {
+        let cfg = Config::from_yaml(
+            "server:\n  check_query: \"\"\n  check_delay: 0s\npool:\n  cancel_wait_timeout: 0s\n",
+            "x".as_ref(),
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.server.check_query, "");
+        assert_eq!(cfg.pool.cancel_wait_timeout, Duration::ZERO);
+        let mut nul = Config::default();
+        nul.server.check_query = "select 1\0".into();
+        let err = nul.validate().unwrap_err().to_string();
+        assert!(err.contains("server.check_query"), "{err}");
+    }
+
+    #[test]
     fn inverted_timeouts_refused() {
         let mut cfg = Config::default();
         cfg.server.connect_timeout = Duration::from_secs(60);
