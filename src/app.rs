@@ -226,7 +226,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     {
         return Stopped::Drained;
     }
-    let cancelled = shared.cancels.cancel_all().await;
+    let cancelled = shared.cancels.cancel_all(shared);
     tracing::warn!(cancelled, "drain deadline near: cancelling running queries");
     let _ = tokio::time::timeout_at(deadline, tracker.wait()).await;
     if !tracker.is_empty() {

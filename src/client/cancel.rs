@@ -1,57 +1,85 @@
-//! Cancel keys: the pooler's own BackendKeyData per client, and forwarding a CancelRequest to
-//! the server that client holds at that moment, on a new connection with that server's key.
+//! Cancel keys: the pooler's own BackendKeyData per client, forwarding a CancelRequest to the
+//! server that client holds at that moment (on a new connection with that server's key,
+//! bounded by `pool.cancel_wait_timeout`), and the console's KILL of a client.
 
 use rand::Rng;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use prometheus::IntCounterVec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::protocol::frontend;
+use crate::shared::Shared;
 
-/// Where a client's queries run right now: the server's address and key, and its number.
+/// The server a client holds: its address, cancel key, number and pool generation.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    addr: SocketAddr,
+    key: (i32, i32),
+    id: u64,
+    generation: u64,
+}
+
+/// Where a client's queries run right now, and whether the console has killed it.
 #[derive(Debug, Default)]
 pub struct CancelSlot {
-    held: Mutex<Option<(SocketAddr, i32, i32, u64)>>,
+    held: Mutex<Option<Held>>,
     /// The client's pool, as `database/user` (for the admin console).
     pub pool: Arc<str>,
+    /// The client's database, as it named it.
+    database: Box<str>,
+    /// `KILL` or `KILL_CLIENT`: the session ends with 57P01 when it next looks.
+    killed: AtomicBool,
 }
 
 impl CancelSlot {
-    pub fn set(&self, addr: SocketAddr, key: (i32, i32), server: u64) {
-        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, key.0, key.1, server));
+    pub fn set(&self, addr: SocketAddr, key: (i32, i32), id: u64, generation: u64) {
+        *self.lock() = Some(Held {
+            addr,
+            key,
+            id,
+            generation,
+        });
     }
 
     pub fn clear(&self) {
-        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.lock() = None;
     }
 
-    /// Cancels what the held server runs now (the query timeout), in the background.
-    pub fn cancel_now(&self) {
-        if let Some((addr, pid, secret)) = self.get() {
-            tokio::spawn(send_cancel(addr, pid, secret));
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn held(&self) -> Option<Held> {
+        *self.lock()
+    }
+
+    /// Cancels what the held server runs now (a timeout, a KILL), in the background.
+    pub fn cancel_now(&self, shared: &Shared) {
+        if let Some(h) = self.held() {
+            tokio::spawn(CancelSender::new(shared).send(h.addr, h.key));
         }
     }
 
-    fn get(&self) -> Option<(SocketAddr, i32, i32)> {
-        self.server().map(|(a, p, s, _)| (a, p, s))
-    }
-
-    fn server(&self) -> Option<(SocketAddr, i32, i32, u64)> {
-        *self.held.lock().unwrap_or_else(|p| p.into_inner())
+    /// Whether the console has killed this client.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
     }
 }
 
-/// One row of `SHOW CLIENTS`.
+/// One row of `SHOW CLIENTS`: the client's key, pool, and the server it holds (number and
+/// generation).
 #[derive(Debug, Clone)]
 pub struct ClientRow {
     pub pid: i32,
     pub pool: String,
-    pub server: Option<u64>,
+    pub server: Option<(u64, u64)>,
 }
 
 /// Pid → (secret, slot) of every logged-in client.
@@ -64,10 +92,11 @@ impl Cancels {
     /// Registers a logged-in client under a fresh random key: a process id no live client has
     /// and a random secret, so a key can be neither guessed from the client's number nor
     /// reused. Returns the key and the client's slot.
-    pub fn register(&self, pool: Arc<str>) -> ((i32, i32), Arc<CancelSlot>) {
+    pub fn register(&self, pool: Arc<str>, database: &str) -> ((i32, i32), Arc<CancelSlot>) {
         let slot = Arc::new(CancelSlot {
-            held: Mutex::new(None),
             pool,
+            database: database.into(),
+            ..CancelSlot::default()
         });
         let mut rng = rand::thread_rng();
         let secret: i32 = rng.gen();
@@ -99,58 +128,124 @@ impl Cancels {
             .map(|(pid, (_, slot))| ClientRow {
                 pid: *pid,
                 pool: slot.pool.to_string(),
-                server: slot.server().map(|s| s.3),
+                server: slot.held().map(|h| (h.id, h.generation)),
             })
             .collect();
         rows.sort_by_key(|r| r.pid);
         rows
     }
 
-    /// Cancels whatever every client is running now (the drain deadline); returns how many.
-    pub async fn cancel_all(&self) -> usize {
-        let keys: Vec<(i32, i32)> = self
-            .lock()
-            .iter()
-            .filter(|(_, (_, slot))| slot.get().is_some())
-            .map(|(pid, (secret, _))| (*pid, *secret))
-            .collect();
-        for (pid, secret) in &keys {
-            self.forward(*pid, *secret).await;
+    /// Marks clients killed: the one with process id `pid`, or every client of database
+    /// `db` (of every database when both are `None`). Returns the process ids marked; the
+    /// caller wakes the sessions (`Lifecycle::kick`).
+    pub fn kill(&self, pid: Option<i32>, db: Option<&str>) -> Vec<i32> {
+        let map = self.lock();
+        let mut marked = Vec::new();
+        for (p, (_, slot)) in map.iter() {
+            let hit = match (pid, db) {
+                (Some(want), _) => *p == want,
+                (None, Some(d)) => &*slot.database == d,
+                (None, None) => true,
+            };
+            if hit {
+                slot.killed.store(true, Ordering::Release);
+                marked.push(*p);
+            }
         }
-        keys.len()
+        marked
+    }
+
+    /// How many of `pids` are still logged in.
+    pub fn still_registered(&self, pids: &[i32]) -> usize {
+        let map = self.lock();
+        pids.iter().filter(|p| map.contains_key(p)).count()
+    }
+
+    /// Cancels whatever every client is running now (the drain deadline), in the background;
+    /// returns how many.
+    pub fn cancel_all(&self, shared: &Shared) -> usize {
+        let targets: Vec<Held> = self
+            .lock()
+            .values()
+            .filter_map(|(_, slot)| slot.held())
+            .collect();
+        let sender = CancelSender::new(shared);
+        for h in &targets {
+            tokio::spawn(sender.clone().send(h.addr, h.key));
+        }
+        targets.len()
     }
 
     /// Forwards a cancel if the key matches a client that holds a server; otherwise drops it,
-    /// as PostgreSQL does (a cancel never gets an answer).
-    pub async fn forward(&self, pid: i32, secret: i32) {
+    /// as PostgreSQL does (a cancel never gets an answer). Returns once the server has closed
+    /// the cancel connection, or `pool.cancel_wait_timeout` has passed.
+    pub async fn forward(&self, pid: i32, secret: i32, shared: &Shared) {
         let target = {
             let map = self.lock();
             match map.get(&pid) {
-                Some((s, slot)) if *s == secret => slot.get(),
+                Some((s, slot)) if *s == secret => slot.held(),
                 _ => None,
             }
         };
-        let Some((addr, spid, ssecret)) = target else {
+        let sender = CancelSender::new(shared);
+        let Some(h) = target else {
             tracing::debug!("cancel request for an unknown or idle client dropped");
+            sender.counts.with_label_values(&["unknown"]).inc();
             return;
         };
-        send_cancel(addr, spid, ssecret).await;
+        sender.send(h.addr, h.key).await;
     }
 }
 
-/// Sends a CancelRequest for server process `spid` to `addr`, on a connection of its own.
-async fn send_cancel(addr: SocketAddr, spid: i32, ssecret: i32) {
-    let mut buf = BytesMut::new();
-    frontend::cancel_request(&mut buf, spid, ssecret);
-    let send = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(&buf).await?;
-        s.shutdown().await
-    };
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), send)
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-    {
-        tracing::warn!(error = %e, "forwarding a cancel request failed");
+/// Sends CancelRequests, bounded by `pool.cancel_wait_timeout` and counted by result.
+#[derive(Clone)]
+struct CancelSender {
+    /// Zero: no limit.
+    wait: Duration,
+    counts: IntCounterVec,
+}
+
+impl CancelSender {
+    fn new(shared: &Shared) -> Self {
+        CancelSender {
+            wait: shared.config.load().pool.cancel_wait_timeout,
+            counts: shared.metrics.clients.cancels.clone(),
+        }
+    }
+
+    /// Sends a CancelRequest for the server process `key` to `addr`, on a connection of its
+    /// own, and waits for the server to close it: PostgreSQL closes it once it has acted on
+    /// the request (libpq's cancel waits for the same), so the client's cancel connection
+    /// is not closed before that either.
+    async fn send(self, addr: SocketAddr, key: (i32, i32)) {
+        let mut buf = BytesMut::new();
+        frontend::cancel_request(&mut buf, key.0, key.1);
+        let send = async {
+            let mut s = TcpStream::connect(addr).await?;
+            s.write_all(&buf).await?;
+            let mut sink = [0u8; 64];
+            while s.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        };
+        let res = if self.wait.is_zero() {
+            Some(send.await)
+        } else {
+            tokio::time::timeout(self.wait, send).await.ok()
+        };
+        let result = match res {
+            Some(Ok(())) => "forwarded",
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "forwarding a cancel request failed");
+                "failed"
+            }
+            None => {
+                tracing::warn!(
+                    wait = ?self.wait,
+                    "a forwarded cancel request was not confirmed in time (pool.cancel_wait_timeout); given up"
+                );
+                "timeout"
+            }
+        };
+        self.counts.with_label_values(&[result]).inc();
     }
 }

@@ -1,5 +1,6 @@
-//! Taking a server for a client: at once when an idle one has the client's settings, else by
-//! waiting in the pool (still noticing the client leaving, and held by PAUSE), then bringing
+//! Taking a server for a client: at once when an idle one has the client's settings and was
+//! used recently, else by waiting in the pool (still noticing the client leaving or a console
+//! KILL, and held by PAUSE), checking a server idle past `server.check_delay`, then bringing
 //! its session settings in line with the client's before the client's first message.
 
 use std::time::Instant;
@@ -35,7 +36,8 @@ impl Session<'_> {
             });
         }
         match self.pool.try_checkout(started) {
-            Some(conn) if conn.in_sync_with(&self.params) => {
+            // One idle past server.check_delay is checked first, on the waiting path.
+            Some(conn) if !conn.check_due && conn.in_sync_with(&self.params) => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 Ok(())
@@ -48,12 +50,17 @@ impl Session<'_> {
     /// be, still noticing if the client leaves meanwhile, and brings its session settings in
     /// line with the client's.
     pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
-        let Taken { started, conn } = taken;
-        let conn = match conn {
-            Some(c) => c,
-            None => self.wait_for_server(started).await?,
-        };
-        self.sync_and_hold(conn, started).await
+        let Taken { started, mut conn } = taken;
+        loop {
+            let c = match conn.take() {
+                Some(c) => c,
+                None => self.wait_for_server(started).await?,
+            };
+            // One that fails its check is closed: the next idle server, or a new login.
+            if let Some(c) = self.checked(c).await? {
+                return self.sync_and_hold(c, started).await;
+            }
+        }
     }
 
     async fn wait_for_server(&mut self, started: Instant) -> Result<Server, ClientError> {
@@ -63,10 +70,17 @@ impl Session<'_> {
         let mut since = tokio::time::Instant::from_std(started);
         let mut paused = false;
         let pool = self.pool.clone();
-        while l.is_paused_for(pool.database()) {
+        loop {
+            // Registered before the look at the slot, so a KILL in between is not missed.
+            let kicked = l.kicked.notified();
+            self.check_killed()?;
+            if !l.is_paused_for(pool.database()) {
+                break;
+            }
             paused = true;
             tokio::select! {
                 _ = l.wait_unpaused_for(pool.database()) => {}
+                _ = kicked => {}
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
@@ -80,8 +94,20 @@ impl Session<'_> {
         let checkout = pool.checkout_since(since);
         tokio::pin!(checkout);
         loop {
+            let kicked = l.kicked.notified();
+            self.check_killed()?;
             tokio::select! {
-                r = &mut checkout => return Ok(r?),
+                r = &mut checkout => {
+                    // A KILL ends the wait with the pool's queue dropped: the kill decides.
+                    if self.cancel.is_killed() {
+                        if let Ok(conn) = r {
+                            self.pool.discard(conn, CloseReason::Killed);
+                        }
+                        return Err(ClientError::Killed);
+                    }
+                    return Ok(r?);
+                }
+                _ = kicked => {}
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
@@ -120,7 +146,8 @@ impl Session<'_> {
         // The first request goes out right after: one clock read serves both.
         self.request_since = Some(now);
         self.shared.events.client_uses_server(self.id, conn.id);
-        self.cancel.set(conn.addr, conn.key, conn.id);
+        self.cancel
+            .set(conn.addr, conn.key, conn.id, conn.generation.number());
         // A reloaded mode applies from this transaction on; tracking switches only while the
         // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();

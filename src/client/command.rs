@@ -14,6 +14,15 @@ pub enum Command {
     Disable(String),
     /// `ENABLE db`.
     Enable(String),
+    /// `KILL db` (or `KILL`, every database): its clients and servers closed at once, its new
+    /// clients held until `RESUME`.
+    Kill(Option<String>),
+    /// `KILL_CLIENT id`: one client (the `id` of `SHOW CLIENTS`) and the server it holds.
+    KillClient(i32),
+    /// `RECONNECT [db]`: servers closed when next released instead of reused.
+    Reconnect(Option<String>),
+    /// `WAIT_CLOSE [db]`: answered once no server is still to be closed after a RECONNECT.
+    WaitClose(Option<String>),
     Reload,
     Shutdown,
 }
@@ -47,6 +56,14 @@ impl Command {
             ("RESUME", [d]) => Command::Resume(Some(name(d)?)),
             ("DISABLE", [d]) => Command::Disable(name(d)?),
             ("ENABLE", [d]) => Command::Enable(name(d)?),
+            ("KILL", []) => Command::Kill(None),
+            ("KILL", [d]) => Command::Kill(Some(name(d)?)),
+            // SHOW CLIENTS' ids are positive, as PostgreSQL's process ids are.
+            ("KILL_CLIENT", [id]) => Command::KillClient(id.parse().ok().filter(|i| *i > 0)?),
+            ("RECONNECT", []) => Command::Reconnect(None),
+            ("RECONNECT", [d]) => Command::Reconnect(Some(name(d)?)),
+            ("WAIT_CLOSE", []) => Command::WaitClose(None),
+            ("WAIT_CLOSE", [d]) => Command::WaitClose(Some(name(d)?)),
             ("RELOAD", []) => Command::Reload,
             ("SHUTDOWN", []) => Command::Shutdown,
             _ => return None,
@@ -60,7 +77,11 @@ impl Command {
             Command::Pause(Some(db))
             | Command::Resume(Some(db))
             | Command::Disable(db)
-            | Command::Enable(db) => format!("{} {db}", self.tag()),
+            | Command::Enable(db)
+            | Command::Kill(Some(db))
+            | Command::Reconnect(Some(db))
+            | Command::WaitClose(Some(db)) => format!("{} {db}", self.tag()),
+            Command::KillClient(id) => format!("{} {id}", self.tag()),
             other => other.tag().to_owned(),
         }
     }
@@ -73,6 +94,10 @@ impl Command {
             Command::Resume(_) => "RESUME",
             Command::Disable(_) => "DISABLE",
             Command::Enable(_) => "ENABLE",
+            Command::Kill(_) => "KILL",
+            Command::KillClient(_) => "KILL_CLIENT",
+            Command::Reconnect(_) => "RECONNECT",
+            Command::WaitClose(_) => "WAIT_CLOSE",
             Command::Reload => "RELOAD",
             Command::Shutdown => "SHUTDOWN",
         }
@@ -119,5 +144,64 @@ mod tests {
             Command::parse("SHOW x;\t;\t"),
             Some(Command::Show("X".into()))
         );
+    }
+
+    #[test]
+    fn kill_reconnect_and_wait_close_take_pgbouncers_arguments() {
+        let p = Command::parse;
+        assert_eq!(p("KILL app;"), Some(Command::Kill(Some("app".into()))));
+        assert_eq!(p("kill"), Some(Command::Kill(None)));
+        assert_eq!(p("kill_client 1234"), Some(Command::KillClient(1234)));
+        assert_eq!(p("KILL_CLIENT +7"), Some(Command::KillClient(7)));
+        for bad in [
+            "KILL_CLIENT",
+            "KILL_CLIENT 0",
+            "KILL_CLIENT -3",
+            "KILL_CLIENT x",
+            "KILL_CLIENT 99999999999",
+            "KILL_CLIENT 1 2",
+            "KILL a b",
+            "RECONNECT a b",
+            "WAIT_CLOSE \"\"",
+        ] {
+            assert_eq!(p(bad), None, "{bad}");
+        }
+        assert_eq!(p("reconnect"), Some(Command::Reconnect(None)));
+        assert_eq!(
+            p("RECONNECT \"Orders\""),
+            Some(Command::Reconnect(Some("Orders".into())))
+        );
+        assert_eq!(p("wait_close ;"), Some(Command::WaitClose(None)));
+        assert_eq!(
+            p("WAIT_CLOSE db1"),
+            Some(Command::WaitClose(Some("db1".into())))
+        );
+        for c in [
+            "KILL",
+            "KILL x",
+            "KILL_CLIENT 42",
+            "RECONNECT",
+            "RECONNECT y",
+            "WAIT_CLOSE",
+            "WAIT_CLOSE z",
+        ] {
+            let cmd = p(c).unwrap();
+            assert_eq!(cmd.to_sql(), c);
+            assert_eq!(p(&cmd.to_sql()), Some(cmd));
+        }
+    }
+
+    proptest::proptest! {
+        /// What the console fuzz target checks, on command-shaped text: a command that parses
+        /// prints back to text that parses to the same command.
+        #[test]
+        fn printed_commands_parse_back(
+            text in "(?i)(kill|kill_client|reconnect|wait_close|pause|disable|show)\
+                     ( {1,2}[A-Za-z0-9_\"+;-]{0,6}){0,2} ?;?"
+        ) {
+            if let Some(cmd) = Command::parse(&text) {
+                proptest::prop_assert_eq!(Command::parse(&cmd.to_sql()), Some(cmd));
+            }
+        }
     }
 }

@@ -2,12 +2,12 @@
 //! Simple query protocol only; PgBouncer's column names where the concept is the same.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::net::ClientStream;
 use bytes::{BufMut, BytesMut};
 
 use super::command::Command;
+use super::console_act as act;
 use super::console_show as show;
 use super::error::{error_fields, ClientError};
 use super::io::read_some;
@@ -58,7 +58,23 @@ pub(super) async fn serve(
             frontend::TERMINATE_TAG => return Ok(()),
             frontend::QUERY_TAG => {
                 let sql = frontend::query_text(&f.bytes).unwrap_or_default();
-                run(shared, &String::from_utf8_lossy(sql), &mut out).await;
+                let sql = String::from_utf8_lossy(sql);
+                // A command that waits (PAUSE, KILL, WAIT_CLOSE) waits no longer than its
+                // client: one that leaves ends the wait.
+                {
+                    let work = run(shared, &sql, &mut out);
+                    tokio::pin!(work);
+                    loop {
+                        tokio::select! {
+                            () = &mut work => break,
+                            r = read_some(stream, &mut buf), if buf.len() < 1 << 20 => {
+                                if r? == 0 {
+                                    return Ok(());
+                                }
+                            }
+                        }
+                    }
+                }
                 backend::ready_for_query(&mut out, backend::TX_IDLE);
             }
             frontend::SYNC_TAG => backend::ready_for_query(&mut out, backend::TX_IDLE),
@@ -117,7 +133,7 @@ pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
     let Some(cmd) = Command::parse(sql) else {
         return Answer::Error(
             sqlstate::SYNTAX_ERROR,
-            format!("unknown console command: {sql:?} (SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION|DATABASES|USERS|LISTS|STATE|TOTALS, PAUSE [db], RESUME [db], DISABLE db, ENABLE db, RELOAD, SHUTDOWN)"),
+            format!("unknown console command: {sql:?} ({USAGE})"),
         );
     };
     if !matches!(cmd, Command::Show(_)) {
@@ -126,22 +142,16 @@ pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
     }
     let l = &shared.lifecycle;
     match &cmd {
-        Command::Show(what) => return show(shared, what),
-        Command::Pause(db) => {
-            match db {
-                Some(db) => l.pause_db(db),
-                None => {
-                    l.pause();
-                    shared.metrics.lifecycle.paused.set(1);
-                }
-            }
-            // Like PgBouncer: answer once running transactions have given their servers back.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while busy_servers(shared, db.as_deref()) > 0 && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+        Command::Show(what) => {
+            return match show::table(shared, what) {
+                Some((cols, rows)) => Answer::Table(cols, rows),
+                None => Answer::Error(
+                    sqlstate::SYNTAX_ERROR,
+                    format!("unknown SHOW target {what:?}"),
+                ),
             }
         }
+        Command::Pause(db) => act::pause(shared, db.as_deref()).await,
         Command::Resume(Some(db)) => l.resume_db(db),
         Command::Resume(None) => {
             l.resume();
@@ -149,179 +159,28 @@ pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
         }
         Command::Disable(db) => l.set_disabled(db, true),
         Command::Enable(db) => l.set_disabled(db, false),
+        Command::Kill(db) => act::kill(shared, db.as_deref()).await,
+        Command::KillClient(id) => {
+            if !act::kill_client(shared, *id).await {
+                return Answer::Error(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("no client with id {id} (see SHOW CLIENTS)"),
+                );
+            }
+        }
+        Command::Reconnect(db) => act::reconnect(shared, db.as_deref()),
+        Command::WaitClose(db) => act::wait_close(shared, db.as_deref()).await,
         Command::Reload => shared.reload.notify_one(),
         Command::Shutdown => l.begin_drain(),
     }
     Answer::Done(cmd.tag())
 }
 
-/// Servers in use (of one database's pools, or all).
-fn busy_servers(shared: &Shared, db: Option<&str>) -> i64 {
-    shared
-        .pools
-        .all()
-        .iter()
-        .filter(|p| db.map_or(true, |d| p.database() == d))
-        .map(|p| p.snapshot().servers_active)
-        .sum()
-}
-
-fn show(shared: &Arc<Shared>, what: &str) -> Answer {
-    let (cols, rows): (&'static [&'static str], Vec<Vec<String>>) = match what {
-        "POOLS" => (
-            &[
-                "database",
-                "user",
-                "cl_active",
-                "cl_waiting",
-                "sv_active",
-                "sv_idle",
-                "sv_used",
-                "sv_login",
-                "maxwait",
-                "pool_mode",
-                "pool_size",
-            ],
-            shared
-                .pools
-                .all()
-                .iter()
-                .map(|p| {
-                    let s = p.snapshot();
-                    vec![
-                        s.database,
-                        s.user,
-                        s.clients_active.to_string(),
-                        s.clients_waiting.to_string(),
-                        s.servers_active.to_string(),
-                        s.servers_idle.to_string(),
-                        s.servers_used.to_string(),
-                        s.servers_login.to_string(),
-                        format!("{}", s.max_wait_seconds as u64),
-                        s.mode.into(),
-                        s.pool_size.to_string(),
-                    ]
-                })
-                .collect(),
-        ),
-        "STATS" => {
-            let m = &shared.metrics.clients;
-            (
-                &[
-                    "database",
-                    "total_xact_count",
-                    "total_query_count",
-                    "total_received",
-                    "total_sent",
-                ],
-                vec![vec![
-                    "*".into(),
-                    m.transactions.get().to_string(),
-                    m.queries.get().to_string(),
-                    m.bytes_in.get().to_string(),
-                    m.bytes_out.get().to_string(),
-                ]],
-            )
-        }
-        "CLIENTS" => (
-            &["type", "id", "database", "user", "state", "server"],
-            shared
-                .cancels
-                .clients()
-                .into_iter()
-                .map(|c| {
-                    let (db, user) = c.pool.split_once('/').unwrap_or((&c.pool, ""));
-                    vec![
-                        "C".into(),
-                        c.pid.to_string(),
-                        db.to_owned(),
-                        user.to_owned(),
-                        if c.server.is_some() { "active" } else { "idle" }.into(),
-                        c.server.map(|s| s.to_string()).unwrap_or_default(),
-                    ]
-                })
-                .collect(),
-        ),
-        "SERVERS" => {
-            let mut rows = Vec::new();
-            for c in shared.cancels.clients() {
-                if let Some(s) = c.server {
-                    let (db, user) = c.pool.split_once('/').unwrap_or((&c.pool, ""));
-                    rows.push(vec![
-                        "S".into(),
-                        s.to_string(),
-                        db.to_owned(),
-                        user.to_owned(),
-                        "active".into(),
-                        c.pid.to_string(),
-                    ]);
-                }
-            }
-            for p in shared.pools.all() {
-                let s = p.snapshot();
-                for id in p.idle_server_ids() {
-                    rows.push(vec![
-                        "S".into(),
-                        id.to_string(),
-                        s.database.clone(),
-                        s.user.clone(),
-                        "idle".into(),
-                        String::new(),
-                    ]);
-                }
-            }
-            (&["type", "id", "database", "user", "state", "client"], rows)
-        }
-        "CONFIG" => (&["key", "value"], config_rows(shared)),
-        "VERSION" => (
-            &["version"],
-            vec![vec![format!("droid-pool {}", env!("CARGO_PKG_VERSION"))]],
-        ),
-        "DATABASES" => (show::DATABASES, show::databases(shared)),
-        "USERS" => (show::USERS, show::users(shared)),
-        "LISTS" => (show::LISTS, show::lists(shared)),
-        "STATE" => (show::STATE, show::state(shared)),
-        "TOTALS" => (show::TOTALS, show::totals(shared)),
-        _ => {
-            return Answer::Error(
-                sqlstate::SYNTAX_ERROR,
-                format!("unknown SHOW target {what:?}"),
-            );
-        }
-    };
-    Answer::Table(cols, rows)
-}
-
-/// Every setting as `section.key = value`, secrets redacted.
-fn config_rows(shared: &Shared) -> Vec<Vec<String>> {
-    let cfg = shared.config.load();
-    let value = serde_yaml::to_value(&*cfg).unwrap_or_default();
-    let mut rows = Vec::new();
-    if let serde_yaml::Value::Mapping(sections) = value {
-        for (section, body) in sections {
-            let section = section.as_str().unwrap_or("").to_owned();
-            if let serde_yaml::Value::Mapping(keys) = body {
-                for (k, v) in keys {
-                    let key = format!("{section}.{}", k.as_str().unwrap_or(""));
-                    let secret = matches!(
-                        key.as_str(),
-                        "server.password" | "admin.token" | "auth.auth_password"
-                    );
-                    let text = if secret && !v.is_null() {
-                        "<redacted>".to_owned()
-                    } else {
-                        serde_yaml::to_string(&v)
-                            .unwrap_or_default()
-                            .trim()
-                            .to_owned()
-                    };
-                    rows.push(vec![key, text]);
-                }
-            }
-        }
-    }
-    rows
-}
+/// What the console takes, for the error about an unknown command.
+const USAGE: &str =
+    "SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION|DATABASES|USERS|LISTS|STATE|TOTALS, \
+    PAUSE [db], RESUME [db], DISABLE db, ENABLE db, KILL [db], KILL_CLIENT id, RECONNECT [db], \
+    WAIT_CLOSE [db], RELOAD, SHUTDOWN";
 
 fn table(out: &mut BytesMut, cols: &[&str], rows: &[Vec<String>]) {
     let at = begin(out, backend::ROW_DESCRIPTION_TAG);

@@ -1,12 +1,68 @@
-//! The admin console's `SHOW DATABASES`, `USERS`, `LISTS`, `STATE` and `TOTALS`, with
-//! PgBouncer's column names (as PgBouncer 1.18 prints them), so pgbouncer_exporter and the
-//! scripts written for PgBouncer read them unchanged.
+//! The admin console's `SHOW` commands, with PgBouncer's column names where the concept is the
+//! same (`DATABASES`, `USERS`, `LISTS`, `STATE` and `TOTALS` as PgBouncer 1.18 prints them), so
+//! pgbouncer_exporter and the scripts written for PgBouncer read them unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
 use crate::metrics::PoolSnapshot;
 use crate::shared::Shared;
+
+/// Column names and rows.
+pub type Table = (&'static [&'static str], Vec<Vec<String>>);
+
+/// The table `SHOW what` prints (`what` upper-cased); `None` for an unknown one.
+pub fn table(shared: &Shared, what: &str) -> Option<Table> {
+    Some(match what {
+        "POOLS" => (POOLS, pools(shared)),
+        "STATS" => (STATS, stats(shared)),
+        "CLIENTS" => (CLIENTS, clients(shared)),
+        "SERVERS" => (SERVERS, servers(shared)),
+        "CONFIG" => (&["key", "value"], config_rows(shared)),
+        "VERSION" => (
+            &["version"],
+            vec![vec![format!("droid-pool {}", env!("CARGO_PKG_VERSION"))]],
+        ),
+        "DATABASES" => (DATABASES, databases(shared)),
+        "USERS" => (USERS, users(shared)),
+        "LISTS" => (LISTS, lists(shared)),
+        "STATE" => (STATE, state(shared)),
+        "TOTALS" => (TOTALS, totals(shared)),
+        _ => return None,
+    })
+}
+
+const POOLS: &[&str] = &[
+    "database",
+    "user",
+    "cl_active",
+    "cl_waiting",
+    "sv_active",
+    "sv_idle",
+    "sv_used",
+    "sv_login",
+    "maxwait",
+    "pool_mode",
+    "pool_size",
+];
+const STATS: &[&str] = &[
+    "database",
+    "total_xact_count",
+    "total_query_count",
+    "total_received",
+    "total_sent",
+];
+const CLIENTS: &[&str] = &["type", "id", "database", "user", "state", "server"];
+/// `close_needed`: 1 for a server opened before a `RECONNECT`, closed when released.
+const SERVERS: &[&str] = &[
+    "type",
+    "id",
+    "database",
+    "user",
+    "state",
+    "close_needed",
+    "client",
+];
 
 pub const DATABASES: &[&str] = &[
     "name",
@@ -157,4 +213,126 @@ pub fn totals(shared: &Shared) -> Vec<Vec<String>> {
     rows.into_iter()
         .map(|(k, v)| vec![k.into(), v.to_string()])
         .collect()
+}
+
+fn pools(shared: &Shared) -> Vec<Vec<String>> {
+    snapshots(shared)
+        .into_iter()
+        .map(|s| {
+            vec![
+                s.database,
+                s.user,
+                s.clients_active.to_string(),
+                s.clients_waiting.to_string(),
+                s.servers_active.to_string(),
+                s.servers_idle.to_string(),
+                s.servers_used.to_string(),
+                s.servers_login.to_string(),
+                format!("{}", s.max_wait_seconds as u64),
+                s.mode.into(),
+                s.pool_size.to_string(),
+            ]
+        })
+        .collect()
+}
+
+fn stats(shared: &Shared) -> Vec<Vec<String>> {
+    let m = &shared.metrics.clients;
+    vec![vec![
+        "*".into(),
+        m.transactions.get().to_string(),
+        m.queries.get().to_string(),
+        m.bytes_in.get().to_string(),
+        m.bytes_out.get().to_string(),
+    ]]
+}
+
+/// `database/user` split back (at the first `/`, as the pool name was joined).
+fn db_user(pool: &str) -> (&str, &str) {
+    pool.split_once('/').unwrap_or((pool, ""))
+}
+
+fn clients(shared: &Shared) -> Vec<Vec<String>> {
+    shared
+        .cancels
+        .clients()
+        .into_iter()
+        .map(|c| {
+            let (db, user) = db_user(&c.pool);
+            vec![
+                "C".into(),
+                c.pid.to_string(),
+                db.to_owned(),
+                user.to_owned(),
+                if c.server.is_some() { "active" } else { "idle" }.into(),
+                c.server.map(|s| s.0.to_string()).unwrap_or_default(),
+            ]
+        })
+        .collect()
+}
+
+fn servers(shared: &Shared) -> Vec<Vec<String>> {
+    let pools = shared.pools.all();
+    let generation: HashMap<&str, u64> = pools.iter().map(|p| (p.name(), p.generation())).collect();
+    let mut rows = Vec::new();
+    for c in shared.cancels.clients() {
+        if let Some((id, g)) = c.server {
+            let (db, user) = db_user(&c.pool);
+            let stale = generation.get(c.pool.as_str()).is_some_and(|now| g != *now);
+            rows.push(vec![
+                "S".into(),
+                id.to_string(),
+                db.to_owned(),
+                user.to_owned(),
+                "active".into(),
+                flag(stale),
+                c.pid.to_string(),
+            ]);
+        }
+    }
+    for p in &pools {
+        for (id, stale) in p.idle_servers() {
+            rows.push(vec![
+                "S".into(),
+                id.to_string(),
+                p.database().to_owned(),
+                p.user().to_owned(),
+                "idle".into(),
+                flag(stale),
+                String::new(),
+            ]);
+        }
+    }
+    rows
+}
+
+/// Every setting as `section.key = value`, secrets redacted.
+fn config_rows(shared: &Shared) -> Vec<Vec<String>> {
+    let cfg = shared.config.load();
+    let value = serde_yaml::to_value(&*cfg).unwrap_or_default();
+    let mut rows = Vec::new();
+    if let serde_yaml::Value::Mapping(sections) = value {
+        for (section, body) in sections {
+            let section = section.as_str().unwrap_or("").to_owned();
+            if let serde_yaml::Value::Mapping(keys) = body {
+                for (k, v) in keys {
+                    let key = format!("{section}.{}", k.as_str().unwrap_or(""));
+                    let secret = matches!(
+                        key.as_str(),
+                        "server.password" | "admin.token" | "auth.auth_password"
+                    );
+                    let text = if secret && !v.is_null() {
+                        "<redacted>".to_owned()
+                    } else {
+                        serde_yaml::to_string(&v)
+                            .unwrap_or_default()
+                            .trim()
+                            .to_owned()
+                    };
+                    rows.push(vec![key, text]);
+                }
+            }
+        }
+    }
+    rows
 }

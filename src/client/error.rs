@@ -32,6 +32,10 @@ pub enum ClientError {
     /// The client went away; nothing to tell it.
     #[error("client disconnected")]
     Gone,
+    /// `KILL` or `KILL_CLIENT` in the admin console: what PostgreSQL says for
+    /// `pg_terminate_backend`; the server it held is closed.
+    #[error("terminating connection due to administrator command")]
+    Killed,
 }
 
 impl ClientError {
@@ -60,6 +64,7 @@ impl ClientError {
                 None,
             ),
             ClientError::Rejected(f) => (f.code.clone(), f.message.clone(), f.detail.clone()),
+            ClientError::Killed => (sqlstate::ADMIN_SHUTDOWN.to_owned(), self.to_string(), None),
         };
         Some(ErrorFields {
             severity: "FATAL".into(),

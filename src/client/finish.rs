@@ -3,18 +3,40 @@
 
 use std::time::Duration;
 
-use bytes::BytesMut;
-
+use super::error::ClientError;
 use super::session::Session;
 use crate::config::PoolMode;
 use crate::pool::{CloseReason, Pool};
-use crate::protocol::{backend, frontend};
-use crate::server::Server;
+use crate::protocol::backend;
+use crate::server::{self, Server};
 
 impl Session<'_> {
-    /// Returns the held server if it is idle and in step; otherwise closes it. A session-mode
-    /// server is reset first.
-    pub(super) fn finish(&mut self, server_ok: bool) {
+    /// Ends the session if the console has killed it (`KILL`, `KILL_CLIENT`).
+    pub(super) fn check_killed(&self) -> Result<(), ClientError> {
+        if self.cancel.is_killed() {
+            return Err(ClientError::Killed);
+        }
+        Ok(())
+    }
+
+    /// Whether the session's end `res` means its server must be closed, and why. A killed
+    /// session's running statement is cancelled first, or the backend would run it to its end.
+    pub(super) fn must_close(&self, res: &Result<(), ClientError>) -> Option<CloseReason> {
+        match res {
+            Err(ClientError::ServerLost(_) | ClientError::ServerEnded) => Some(CloseReason::Broken),
+            Err(ClientError::Killed) => {
+                if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
+                    self.cancel.cancel_now(&self.shared);
+                }
+                Some(CloseReason::Killed)
+            }
+            _ => None,
+        }
+    }
+
+    /// Returns the held server if it is idle and in step; otherwise closes it (`close`: it
+    /// must be closed, and why). A session-mode server is reset first.
+    pub(super) fn finish(&mut self, close: Option<CloseReason>) {
         self.shared
             .metrics
             .prepared
@@ -27,19 +49,15 @@ impl Session<'_> {
         };
         self.shared.events.client_released_server(self.id, conn.id);
         self.cancel.clear();
-        let clean = server_ok
+        let clean = close.is_none()
             && conn.replies.is_empty()
             && self.status == backend::TX_IDLE
             && conn.rbuf.is_empty();
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
         if !clean {
-            let reason = if server_ok {
-                CloseReason::ClientEnded
-            } else {
-                CloseReason::Broken
-            };
-            self.pool.discard(conn, reason);
+            self.pool
+                .discard(conn, close.unwrap_or(CloseReason::ClientEnded));
         } else if self.mode == PoolMode::Session && !reset.is_empty() {
             tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
         } else {
@@ -51,35 +69,8 @@ impl Session<'_> {
 /// Runs the reset query on a server whose session-mode client left, then returns it.
 async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     let used = pool.resetting();
-    let run = async {
-        let mut b = BytesMut::new();
-        frontend::query(&mut b, &sql);
-        conn.stream.send(&b).await?;
-        loop {
-            let f = crate::server::read_frame(&mut conn)
-                .await
-                .map_err(std::io::Error::other)?;
-            match f.tag {
-                backend::PARAMETER_STATUS_TAG => {
-                    if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
-                        conn.set_param(k, v);
-                    }
-                }
-                backend::ERROR_RESPONSE_TAG => {
-                    return Err(std::io::Error::other("reset query failed"));
-                }
-                backend::READY_FOR_QUERY_TAG => {
-                    return if f.body() == [backend::TX_IDLE] {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::other("reset left a transaction open"))
-                    }
-                }
-                _ => {}
-            }
-        }
-    };
-    let outcome = tokio::time::timeout(Duration::from_secs(10), run).await;
+    let outcome =
+        tokio::time::timeout(Duration::from_secs(10), server::run_simple(&mut conn, &sql)).await;
     drop(used);
     match outcome {
         Ok(Ok(())) => {

@@ -3,9 +3,11 @@
 
 mod auth;
 pub mod cancel;
+mod check;
 mod checkout;
 pub mod command;
 pub mod console;
+mod console_act;
 mod console_show;
 mod direct;
 mod error;

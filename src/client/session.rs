@@ -168,15 +168,12 @@ impl<'a> Session<'a> {
             Err(ClientError::ServerLost(_)) if self.server_fatal => Err(ClientError::ServerEnded),
             res => res,
         };
-        let server_ok = !matches!(
-            res,
-            Err(ClientError::ServerLost(_) | ClientError::ServerEnded)
-        );
+        let close = self.must_close(&res);
         if res.is_err() {
             // Deliver what is already queued; `serve` then writes the FATAL for the error.
             let _ = self.flush_client().await;
         }
-        self.finish(server_ok);
+        self.finish(close);
         res
     }
 
@@ -189,6 +186,8 @@ impl<'a> Session<'a> {
         // One registration for the session's life, kept inline (no allocation).
         let shared = self.shared.clone();
         let mut close = pin!(shared.lifecycle.close_idle.watch());
+        // A kill before the watch was made is seen here, later ones by the watch.
+        self.check_killed()?;
         loop {
             if self.server.is_none() && self.cbuf.is_empty() {
                 self.wait_idle(close.as_mut()).await?;
@@ -206,6 +205,7 @@ impl<'a> Session<'a> {
         // One waiter registration for as long as the session works rather than one per event.
         let lifecycle = self.shared.lifecycle.clone();
         let mut abort = pin!(lifecycle.abort.watch());
+        self.check_killed()?;
         loop {
             let flow = self.round(abort.as_mut()).await?;
             if flow == Flow::Quit || self.warm.is_none() {
@@ -234,17 +234,33 @@ impl<'a> Session<'a> {
         self.wait_readable(close).await
     }
 
-    async fn wait_readable(&mut self, close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
-        let l = &self.shared.lifecycle;
-        let client = &mut *self.client;
-        // poll_read_ready keeps no waiter node of its own: an idle client's task stays small.
-        let readable = std::future::poll_fn(|cx| client.poll_read_ready(cx));
-        tokio::select! {
-            r = readable => Ok(r?),
+    async fn wait_readable(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
+        loop {
+            let client = &mut *self.client;
+            // poll_read_ready keeps no waiter node of its own, and one poll_fn no select state:
+            // an idle client's task stays small.
+            let woken = std::future::poll_fn(|cx| {
+                if close.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                client.poll_read_ready(cx).map(Some)
+            })
+            .await;
+            if let Some(r) = woken {
+                return Ok(r?);
+            }
             // The deadline fires close_idle too, so one watch covers both.
-            _ = close => Err(ClientError::Shutdown {
-                forced: l.abort.is_fired(),
-            }),
+            let l = &self.shared.lifecycle;
+            if l.close_idle.is_fired() {
+                return Err(ClientError::Shutdown {
+                    forced: l.abort.is_fired(),
+                });
+            }
+            // Kicked: the console killed a client, maybe this one.
+            close.as_mut().rearm();
+            if self.cancel.is_killed() {
+                return Err(ClientError::Killed);
+            }
         }
     }
 
@@ -280,7 +296,14 @@ impl<'a> Session<'a> {
                         }
                     }
                 },
-                Event::Abort => return Err(ClientError::Shutdown { forced: true }),
+                Event::Abort if self.shared.lifecycle.abort.is_fired() => {
+                    return Err(ClientError::Shutdown { forced: true })
+                }
+                Event::Abort => {
+                    // Kicked: the console killed a client, maybe this one.
+                    abort.as_mut().rearm();
+                    self.check_killed()?;
+                }
                 Event::Timeout(kind) => self.timed_out(kind)?,
             }
             if self.server.is_none() && self.cbuf.is_empty() {
@@ -371,7 +394,7 @@ impl<'a> Session<'a> {
         );
         if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
             // A statement still runs: cancel it, or the backend would run it to its end.
-            self.cancel.cancel_now();
+            self.cancel.cancel_now(&self.shared);
         }
         // Not returned to the pool: closing it is PostgreSQL's rollback.
         self.server_fatal = false;

@@ -43,26 +43,36 @@ pub enum Outcome {
 const MAX_NEGOTIATIONS: usize = 2;
 
 /// Bounded as a whole by the login timeout: the TLS handshake and the password exchange
-/// included, so a client that stalls anywhere (slowloris) is dropped.
+/// included, so a client that stalls anywhere (slowloris) is dropped. A CancelRequest is
+/// forwarded after that, bounded by `pool.cancel_wait_timeout` alone; its connection is
+/// closed once the server has acted on it.
 pub async fn login(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
 ) -> Result<Outcome, ClientError> {
     let timeout = shared.config.load().client.login_timeout;
-    match tokio::time::timeout(timeout, login_inner(stream, shared, id)).await {
-        Ok(r) => r,
-        Err(_) => Err(ClientError::Fatal {
-            code: sqlstate::PROTOCOL_VIOLATION,
-            message: "client login timeout".into(),
-        }),
+    let mut cancel = None;
+    let res =
+        match tokio::time::timeout(timeout, login_inner(stream, shared, id, &mut cancel)).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Fatal {
+                code: sqlstate::PROTOCOL_VIOLATION,
+                message: "client login timeout".into(),
+            }),
+        };
+    if let Some((pid, secret)) = cancel {
+        shared.cancels.forward(pid, secret, shared).await;
     }
+    res
 }
 
+/// `cancel`: set to the key of a CancelRequest, which the caller forwards.
 async fn login_inner(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
     id: &mut Option<u64>,
+    cancel: &mut Option<(i32, i32)>,
 ) -> Result<Outcome, ClientError> {
     let full = shared.config.load();
     let cfg = &full.client;
@@ -96,7 +106,7 @@ async fn login_inner(
                 }
             }
             Some(StartupPacket::Cancel { pid, secret }) => {
-                shared.cancels.forward(pid, secret).await;
+                *cancel = Some((pid, secret));
                 return Ok(Outcome::Done);
             }
             Some(StartupPacket::Startup(s)) => break s,
@@ -193,7 +203,7 @@ async fn login_inner(
     for (k, v) in server_params.iter() {
         backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
     }
-    let ((pid, secret), cancel) = shared.cancels.register(pool.shared_name());
+    let ((pid, secret), cancel) = shared.cancels.register(pool.shared_name(), &key.database);
     backend::backend_key_data(&mut out, pid, secret);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
     if let Err(e) = stream.send(&out).await {

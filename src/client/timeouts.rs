@@ -140,7 +140,7 @@ impl Session<'_> {
             client = self.id,
             "query_timeout: cancelling the running query"
         );
-        self.cancel.cancel_now();
+        self.cancel.cancel_now(&self.shared);
     }
 
     pub(super) fn count_timeout(&self, kind: Kind) {

@@ -177,6 +177,15 @@ pub struct ServerConfig {
     /// Random extra lifetime per connection, up to this fraction of `lifetime`, so connections
     /// opened together do not expire together.
     pub lifetime_jitter: f64,
+    /// Run on an idle server unused for `check_delay` before a client gets it (PgBouncer's
+    /// `server_check_query`); a server that fails it (an error, a closed connection, no
+    /// answer within `connect_timeout`) is closed and the client gets another one. Empty:
+    /// only the passive check (an idle server that closed or spoke is not handed out).
+    pub check_query: String,
+    /// How long a released server is reused without `check_query` (PgBouncer's
+    /// `server_check_delay`; 0 = check every time a server is taken from the idle list).
+    #[serde(with = "humantime_serde")]
+    pub check_delay: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -217,6 +226,11 @@ pub struct PoolConfig {
     pub max_client_prepared_statements: usize,
     /// Server logins in flight at once per pool, so a recovering database sees no burst.
     pub max_connecting: usize,
+    /// How long a forwarded CancelRequest may take, until the server closes the cancel
+    /// connection (it has acted on it); then the pooler gives up and closes the client's
+    /// cancel connection (PgBouncer's `cancel_wait_timeout`; 0 = no limit).
+    #[serde(with = "humantime_serde")]
+    pub cancel_wait_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -374,6 +388,8 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(600),
             lifetime: Duration::from_secs(3600),
             lifetime_jitter: 0.1,
+            check_query: "select 1".into(),
+            check_delay: Duration::from_secs(30),
         }
     }
 }
@@ -395,6 +411,7 @@ impl Default for PoolConfig {
             max_prepared_statements: 200,
             max_client_prepared_statements: 1000,
             max_connecting: 2,
+            cancel_wait_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -511,6 +528,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.server.lifetime_jitter) {
             return bad("server.lifetime_jitter must be between 0 and 1".into());
+        }
+        if self.server.check_query.contains('\0') {
+            return bad("server.check_query must not contain a NUL character".into());
         }
         let c = &self.client;
         if c.max_message_size < 1024 {
@@ -706,6 +726,22 @@ mod tests {
         assert!(err.contains("$1"), "{err}");
         let cfg = Config::from_yaml("auth:\n  auth_password: s3cr3t\n", "x".as_ref()).unwrap();
         assert!(!format!("{cfg:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn check_query_and_cancel_wait_timeout() {
+        let cfg = Config::from_yaml(
+            "server:\n  check_query: \"\"\n  check_delay: 0s\npool:\n  cancel_wait_timeout: 0s\n",
+            "x".as_ref(),
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.server.check_query, "");
+        assert_eq!(cfg.pool.cancel_wait_timeout, Duration::ZERO);
+        let mut nul = Config::default();
+        nul.server.check_query = "select 1\0".into();
+        let err = nul.validate().unwrap_err().to_string();
+        assert!(err.contains("server.check_query"), "{err}");
     }
 
     #[test]

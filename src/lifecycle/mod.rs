@@ -53,6 +53,9 @@ pub struct Lifecycle {
     pub abort: Signal,
     /// PAUSE lifted.
     pub resumed: tokio::sync::Notify,
+    /// The console killed clients: sessions waiting for a server look at their own slot
+    /// (busy and idle sessions are woken through `close_idle` and `abort`, see [`Lifecycle::kick`]).
+    pub kicked: tokio::sync::Notify,
     /// Databases paused (`PAUSE db`) and disabled (`DISABLE db`) in the console; the flag
     /// spares the data plane the lookup while none is paused.
     paused_dbs: std::sync::Mutex<std::collections::BTreeSet<String>>,
@@ -78,6 +81,7 @@ impl Default for Lifecycle {
             close_idle: Signal::default(),
             abort: Signal::default(),
             resumed: tokio::sync::Notify::new(),
+            kicked: tokio::sync::Notify::new(),
             paused_dbs: Default::default(),
             any_db_paused: AtomicBool::new(false),
             disabled_dbs: Default::default(),
@@ -212,6 +216,14 @@ impl Lifecycle {
 
     pub fn is_disabled(&self, db: &str) -> bool {
         lock(&self.disabled_dbs).contains(db)
+    }
+
+    /// Wakes every session once, wherever it waits (idle, busy, or for a server), to see
+    /// whether the console has killed it; nothing else changes for the others.
+    pub fn kick(&self) {
+        self.close_idle.kick();
+        self.abort.kick();
+        self.kicked.notify_waiters();
     }
 
     /// Waits while PAUSE (of everything or of `db`) holds new transactions.

@@ -1,10 +1,11 @@
 //! A one-way signal that every session watches while it works: reading it is an atomic load,
 //! and a watcher registers its waker once per watch instead of on every poll (a
-//! `CancellationToken` takes a mutex for both).
+//! `CancellationToken` takes a mutex for both). A signal can also be kicked without firing:
+//! every watcher wakes once to look at something of its own (the console killed a client).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::futures::Notified;
@@ -13,6 +14,7 @@ use tokio::sync::Notify;
 #[derive(Debug, Default)]
 pub struct Signal {
     fired: AtomicBool,
+    kicks: AtomicU64,
     notify: Notify,
 }
 
@@ -27,13 +29,21 @@ impl Signal {
         self.fired.load(Ordering::Acquire)
     }
 
-    /// A future that completes once the signal has fired. Pin it once (`std::pin::pin!`)
-    /// and poll it by `Pin<&mut Watch>` for as long as the work lasts: the registration is
-    /// kept, and nothing is allocated.
+    /// Wakes every watcher once without firing: each watch completes, its owner sees the
+    /// signal not fired, looks at its own state and [`Watch::rearm`]s.
+    pub fn kick(&self) {
+        self.kicks.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// A future that completes once the signal has fired (or was kicked since the watch was
+    /// made or rearmed). Pin it once (`std::pin::pin!`) and poll it by `Pin<&mut Watch>` for
+    /// as long as the work lasts: the registration is kept, and nothing is allocated.
     pub fn watch(&self) -> Watch<'_> {
         Watch {
             signal: self,
             notified: self.notify.notified(),
+            seen: self.kicks.load(Ordering::Acquire),
             waker: None,
         }
     }
@@ -45,9 +55,23 @@ pin_project_lite::pin_project! {
         signal: &'a Signal,
         #[pin]
         notified: Notified<'a>,
+        // The kicks counted when the watch was made or rearmed.
+        seen: u64,
         // The waker registered with `notified`; polls with the same waker skip the
         // registration.
         waker: Option<Waker>,
+    }
+}
+
+impl<'a> Watch<'a> {
+    /// After a kick: waits for the next fire or kick. The new registration is made before the
+    /// count is read, so a kick in between wakes it rather than being lost.
+    pub fn rearm(self: Pin<&mut Self>) {
+        let mut this = self.project();
+        let signal: &'a Signal = this.signal;
+        this.notified.set(signal.notify.notified());
+        *this.seen = this.signal.kicks.load(Ordering::Acquire);
+        *this.waker = None;
     }
 }
 
@@ -56,7 +80,7 @@ impl Future for Watch<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
-        if this.signal.is_fired() {
+        if this.signal.is_fired() || this.signal.kicks.load(Ordering::Acquire) != *this.seen {
             return Poll::Ready(());
         }
         if !this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {

@@ -30,6 +30,10 @@ pub struct ClientMetrics {
     /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
     /// transaction: client and server closed).
     pub timeouts: IntCounterVec,
+    /// CancelRequests by what became of them (forwarded: the server closed the cancel
+    /// connection, it acted; timeout: `pool.cancel_wait_timeout` passed first; failed: the
+    /// server could not be reached; unknown: no client holding a server has that key).
+    pub cancels: IntCounterVec,
     /// Client authentications by method and result (ok, failed).
     pub auth: IntCounterVec,
     /// auth_query lookups by result (cached, found, missing, error).
@@ -154,6 +158,12 @@ impl Metrics {
                 "droidpool_timeouts_total",
                 "Queries cancelled and transactions ended by the pooler's timeouts, by timeout.",
                 &["timeout"],
+            ),
+            cancels: counter_vec(
+                &r,
+                "droidpool_cancel_requests_total",
+                "CancelRequests (from clients and the pooler's own), by result.",
+                &["result"],
             ),
             auth: counter_vec(
                 &r,

@@ -12,7 +12,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Pool, PoolError, PoolState};
 use crate::resilience::{Admission, Backoff, BreakerState, CircuitBreaker, RetryBudget};
-use crate::server::{self, ServerConn, ServerError};
+use crate::server::{self, Generation, ServerConn, ServerError};
 
 /// The backend's shared failure handling: one breaker and one retry budget for all pools.
 pub struct Backend {
@@ -72,9 +72,11 @@ impl Pool {
             };
             st.connecting += 1;
             let pool = self.clone();
+            // Held by the login, so a RECONNECT meanwhile counts it as one to close.
+            let generation = st.generation.clone();
             tokio::spawn(async move {
                 let res = pool.connect(false).await;
-                pool.login_done(res, permit);
+                pool.login_done(res, permit, generation);
             });
         }
     }
@@ -95,9 +97,10 @@ impl Pool {
         };
         st.connecting += 1;
         let pool = self.clone();
+        let generation = st.generation.clone();
         tokio::spawn(async move {
             let res = pool.connect(true).await;
-            pool.login_done(res, permit);
+            pool.login_done(res, permit, generation);
         });
         true
     }
@@ -208,7 +211,12 @@ impl Pool {
         }
     }
 
-    fn login_done(&self, res: Result<ServerConn, Failure>, permit: OwnedSemaphorePermit) {
+    fn login_done(
+        &self,
+        res: Result<ServerConn, Failure>,
+        permit: OwnedSemaphorePermit,
+        generation: Generation,
+    ) {
         self.lock().connecting -= 1;
         let count = |result: &str| {
             self.inner
@@ -224,6 +232,7 @@ impl Pool {
                 self.inner.login_ok.store(true, Ordering::Relaxed);
                 conn.id = self.inner.counters.next_server_id();
                 conn.permit = Some(permit);
+                conn.generation = generation;
                 conn.expires = self.expiry();
                 self.inner.events.server_connected(conn.id);
                 {

@@ -35,7 +35,7 @@ pub(super) fn spawn(pool: Pool) {
             }
         }
         pool.drop_waiters();
-        pool.close_idle();
+        pool.close_idle_as(CloseReason::Retired);
     });
 }
 
@@ -53,6 +53,7 @@ impl Pool {
             let mut keep = std::collections::VecDeque::with_capacity(st.idle.len());
             let mut retire = Vec::new();
             let mut open = self.open_count();
+            let current = st.generation.number();
             // Oldest-used first, so the warm minimum keeps the most recently used servers.
             while let Some(conn) = st.idle.pop_front() {
                 let idle_too_long = !s.idle_timeout.is_zero()
@@ -64,6 +65,8 @@ impl Pool {
                     Some(CloseReason::IdleTimeout)
                 } else if !conn.is_usable_idle() {
                     Some(CloseReason::Unusable)
+                } else if conn.generation.number() != current {
+                    Some(CloseReason::Reconnect)
                 } else {
                     None
                 };
@@ -86,13 +89,6 @@ impl Pool {
         let mut open = self.open_count();
         while !self.is_draining() && open < s.min_size && self.spawn_warm() {
             open += 1;
-        }
-    }
-
-    fn close_idle(&self) {
-        let idle: Vec<_> = self.lock().idle.drain(..).collect();
-        for conn in idle {
-            self.close(conn, CloseReason::Retired);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod connect;
 mod error;
+mod generation;
 mod maintenance;
 mod registry;
 
@@ -22,7 +23,7 @@ use crate::config::Config;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
-use crate::server::{Server, ServerTarget};
+use crate::server::{Generation, Server, ServerTarget};
 use crate::shared::Counters;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -45,6 +46,12 @@ pub enum CloseReason {
     Retired,
     /// The session-mode reset query failed.
     ResetFailed,
+    /// `server.check_query` failed on an idle server (an error, a close, no answer).
+    CheckFailed,
+    /// `KILL` or `KILL_CLIENT` in the admin console.
+    Killed,
+    /// Opened before a `RECONNECT`: closed when released (idle ones at once).
+    Reconnect,
 }
 
 impl CloseReason {
@@ -57,6 +64,9 @@ impl CloseReason {
             CloseReason::Unusable => "unusable",
             CloseReason::Retired => "retired",
             CloseReason::ResetFailed => "reset_failed",
+            CloseReason::CheckFailed => "check_failed",
+            CloseReason::Killed => "killed",
+            CloseReason::Reconnect => "reconnect",
         }
     }
 }
@@ -72,6 +82,8 @@ pub struct PoolSettings {
     pub idle_timeout: Duration,
     pub lifetime: Duration,
     pub lifetime_jitter: f64,
+    /// A server idle this long is checked before reuse; `None`: no check query.
+    pub check_delay: Option<Duration>,
 }
 
 impl PoolSettings {
@@ -85,6 +97,7 @@ impl PoolSettings {
             idle_timeout: cfg.server.idle_timeout,
             lifetime: cfg.server.lifetime,
             lifetime_jitter: cfg.server.lifetime_jitter,
+            check_delay: (!cfg.server.check_query.is_empty()).then_some(cfg.server.check_delay),
         }
     }
 }
@@ -131,6 +144,10 @@ struct PoolState {
     startup_params: Option<Arc<Params>>,
     /// The earliest waiter deadline the sweep is armed for.
     sweep_at: Option<tokio::time::Instant>,
+    /// The generation new servers are opened under, and older ones still held by a server
+    /// (or a login) somewhere.
+    generation: Generation,
+    older: Vec<Generation>,
 }
 
 /// A cloneable handle to one pool.
@@ -310,11 +327,6 @@ impl Pool {
         }
     }
 
-    /// Numbers of the idle servers (for the admin console).
-    pub fn idle_server_ids(&self) -> Vec<u64> {
-        self.lock().idle.iter().map(|c| c.id).collect()
-    }
-
     /// The client-side database name of this pool.
     pub fn database(&self) -> &str {
         &self.inner.database
@@ -400,14 +412,15 @@ impl Pool {
     }
 
     /// Takes a usable idle server without waiting, if there is one. `now`: the caller's clock.
+    /// A server idle past `server.check_delay` comes with `check_due` set: the taker checks it.
     pub fn try_checkout(&self, now: Instant) -> Option<Server> {
-        let round_robin = self.settings().round_robin;
+        let s = self.settings();
         let mut st = self.lock();
-        self.take_idle(&mut st, round_robin, now)
+        self.take_idle(&mut st, &s, now)
     }
 
-    fn take_idle(&self, st: &mut PoolState, round_robin: bool, now: Instant) -> Option<Server> {
-        while let Some(conn) = pop_idle(st, round_robin) {
+    fn take_idle(&self, st: &mut PoolState, s: &PoolSettings, now: Instant) -> Option<Server> {
+        while let Some(mut conn) = pop_idle(st, s.round_robin) {
             if conn.is_expired(now) {
                 self.close(conn, CloseReason::Lifetime);
                 continue;
@@ -416,6 +429,9 @@ impl Pool {
                 self.close(conn, CloseReason::Unusable);
                 continue;
             }
+            conn.check_due = s
+                .check_delay
+                .is_some_and(|d| now.saturating_duration_since(conn.last_used) >= d);
             return Some(conn);
         }
         None
@@ -433,7 +449,7 @@ impl Pool {
         let settings = self.settings();
         let rx = {
             let mut st = self.lock();
-            if let Some(conn) = self.take_idle(&mut st, settings.round_robin, Instant::now()) {
+            if let Some(conn) = self.take_idle(&mut st, &settings, Instant::now()) {
                 return Ok(conn);
             }
             if let Some(e) = self.circuit_open(&mut st) {
@@ -505,7 +521,7 @@ impl Pool {
     }
 
     /// Stops every waiter: each sees the pool closed.
-    fn drop_waiters(&self) {
+    pub fn drop_waiters(&self) {
         self.lock().waiters.clear();
     }
 
@@ -528,7 +544,14 @@ impl Pool {
             return;
         }
         conn.last_used = now;
+        conn.check_due = false;
         let mut st = self.lock();
+        if conn.generation.number() != st.generation.number() {
+            // Opened before a RECONNECT: closed instead of reused.
+            drop(st);
+            self.discard(conn, CloseReason::Reconnect);
+            return;
+        }
         loop {
             let Some(w) = st.waiters.pop_front() else {
                 // Draining: keep no more idle servers than clients still attached (one that

@@ -19,6 +19,7 @@ pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const SYNTAX_ERROR: &str = "42601";
+pub const UNDEFINED_OBJECT: &str = "42704";
 /// PostgreSQL's `idle_in_transaction_session_timeout`.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 /// PostgreSQL's `transaction_timeout` (17+).

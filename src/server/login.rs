@@ -71,6 +71,8 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         statements: ServerStatements::default(),
         replies: Default::default(),
         permit: None,
+        generation: Default::default(),
+        check_due: false,
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);

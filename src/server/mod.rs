@@ -1,13 +1,16 @@
 //! One connection to PostgreSQL: login, the parameters it reports, and its identity.
 
 mod login;
+mod query;
 pub mod replies;
 
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
+pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -35,6 +38,9 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("server rejected the login: {} ({})", .0.message, .0.code)]
     Rejected(ErrorFields),
+    /// A query the pooler ran itself (reset, check) failed or left a transaction open.
+    #[error("the pooler's own query failed: {0}")]
+    QueryFailed(String),
     #[error("server requested a password but none is configured")]
     NoPassword,
     #[error(
@@ -97,6 +103,29 @@ impl ServerError {
     }
 }
 
+/// The pool generation a server was opened under. `RECONNECT` starts a new one, and a server
+/// of an older one is closed when it is next released. Counted by reference, so a pool can
+/// tell how many servers (and logins in flight) of older generations are still open, whatever
+/// they are doing, and a dropped one is never counted twice.
+#[derive(Debug, Clone, Default)]
+pub struct Generation(Arc<u64>);
+
+impl Generation {
+    pub fn number(&self) -> u64 {
+        *self.0
+    }
+
+    /// The generation after this one.
+    pub fn next(&self) -> Generation {
+        Generation(Arc::new(*self.0 + 1))
+    }
+
+    /// Holders of this generation other than `self`.
+    pub fn others(&self) -> usize {
+        Arc::strong_count(&self.0) - 1
+    }
+}
+
 /// A server connection as pools and sessions hold it: boxed, so a session that holds none
 /// stays small.
 pub type Server = Box<ServerConn>;
@@ -130,6 +159,11 @@ pub struct ServerConn {
     pub replies: Replies,
     /// A slot of the pool's capacity, freed whenever this connection is dropped.
     pub permit: Option<OwnedSemaphorePermit>,
+    /// The pool generation it was opened under.
+    pub generation: Generation,
+    /// Set by the pool when it hands out a server idle past `server.check_delay`: the taker
+    /// runs `server.check_query` on it before anything of a client's.
+    pub check_due: bool,
 }
 
 impl ServerConn {

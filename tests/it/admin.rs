@@ -151,7 +151,12 @@ async fn sighup_reloads_the_mode() {
     a.simple_query("select 1").await.unwrap();
 }
 
-fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, String) {
+pub(crate) fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, String) {
+    psql_at(pooler.port(), user, db, sql)
+}
+
+/// [`psql`] against the pooler listening on `port` (for a thread of its own).
+pub(crate) fn psql_at(port: u16, user: &str, db: &str, sql: &str) -> (bool, String, String) {
     let out = pg_tool("psql")
         .args([
             "-X",
@@ -161,7 +166,7 @@ fn psql(pooler: &Pooler, user: &str, db: &str, sql: &str) -> (bool, String, Stri
             "-h",
             "127.0.0.1",
             "-p",
-            &pooler.port().to_string(),
+            &port.to_string(),
             "-U",
             user,
             "-d",
@@ -219,7 +224,7 @@ async fn admin_console_through_psql() {
     assert!(ok);
     assert!(
         out.lines()
-            .any(|l| l.starts_with("S|") && l.ends_with("|idle|")),
+            .any(|l| l.starts_with("S|") && l.ends_with("|idle|0|")),
         "{out}"
     );
     let (ok, out, _) = block_in_place(|| psql(&pooler, USER, "droidpool", "SHOW VERSION"));
@@ -662,6 +667,6 @@ async fn console_pauses_and_disables_one_database() {
     assert_eq!(code, 400, "{body}");
 }
 
-fn http_post_body(port: u16, path: &str, body: &str) -> (u16, String) {
+pub(crate) fn http_post_body(port: u16, path: &str, body: &str) -> (u16, String) {
     crate::support::pooler::http_request_body(port, "POST", path, body)
 }

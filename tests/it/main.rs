@@ -1,6 +1,7 @@
 mod admin;
 mod badinput;
 mod codec;
+mod console;
 mod core;
 mod differential;
 mod faults;
@@ -9,6 +10,7 @@ mod lifecycle;
 mod prepared;
 mod relay;
 mod security;
+mod server_check;
 mod support;
 mod timeouts;
 

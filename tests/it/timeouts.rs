@@ -8,7 +8,7 @@ use tokio::task::block_in_place;
 use tokio_postgres::error::SqlState;
 
 use crate::core::create_db;
-use crate::support::metrics::{metric, scrape};
+use crate::support::metrics::{metric_or_zero, scrape};
 use crate::support::raw::{query, sqlstate, tags, Raw};
 use crate::support::{self, Pooler};
 
@@ -22,7 +22,7 @@ fn start(db: &str, timeouts: &str) -> Pooler {
 }
 
 /// Backends of `db` in PostgreSQL, by state.
-async fn backends(db: &str) -> Vec<String> {
+pub(crate) async fn backends(db: &str) -> Vec<String> {
     let c = support::shared().connect(USER, "postgres").await;
     c.query(
         "select coalesce(state, '') from pg_stat_activity where datname = $1 \
@@ -37,12 +37,11 @@ async fn backends(db: &str) -> Vec<String> {
 }
 
 fn timeouts_counted(p: &Pooler, which: &str) -> f64 {
-    metric(
-        &scrape(p),
-        "droidpool_timeouts_total",
-        &[("timeout", which)],
-    )
-    .unwrap_or(0.0)
+    counted(p, "droidpool_timeouts_total", "timeout", which)
+}
+
+fn counted(p: &Pooler, name: &str, label: &str, value: &str) -> f64 {
+    metric_or_zero(&scrape(p), name, &[(label, value)])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,4 +148,95 @@ async fn transaction_timeout_ends_a_long_transaction() {
     c2.simple_query("begin; select 1; commit")
         .await
         .expect("short");
+}
+
+/// Open file descriptors of the pooler process: its sockets, among them one per cancel in
+/// flight on each side.
+fn open_fds(p: &Pooler) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", p.pid()))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn cancels_counted(p: &Pooler, result: &str) -> f64 {
+    counted(p, "droidpool_cancel_requests_total", "result", result)
+}
+
+/// Waits until `db` has a backend running a statement.
+pub(crate) async fn until_active(db: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !backends(db).await.iter().any(|s| s == "active") {
+        assert!(Instant::now() < until, "no statement running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `pool.cancel_wait_timeout`: a forwarded CancelRequest the server never confirms (the network
+/// to PostgreSQL black-holes it) is given up after the timeout. The client's cancel connection
+/// is closed then, not before (the pooler waits for PostgreSQL's close, as libpq does), nothing
+/// piles up (the pooler's sockets go back to what they were), and each is counted as
+/// `timeout`. A cancel PostgreSQL gets still works: 57014 for the query, its connection closed
+/// once PostgreSQL has acted, counted as `forwarded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_wait_timeout_gives_up_on_a_black_holed_cancel() {
+    use crate::faults::{FaultProxy, Mode};
+    use crate::support::raw::cancel_and_wait;
+    let db = "to_cancel_wait";
+    let pg = support::shared();
+    create_db(pg, db);
+    let proxy = FaultProxy::start(pg.port).await;
+    let yaml = "pool:\n  size: 2\n  cancel_wait_timeout: 1s\n";
+    let p = block_in_place(|| Pooler::start_for_server(proxy.port(), yaml));
+    let (mut c, key) = Raw::connect_keyed(p.port(), USER, db).await;
+    c.send(&query("select 1")).await;
+    assert_eq!(tags(&c.until_ready().await), "TDCZ");
+    let base = open_fds(&p);
+
+    c.send(&query("select pg_sleep(2.5)")).await;
+    until_active(db).await;
+    proxy.set_mode(Mode::BlackHole);
+    let cancels: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(cancel_and_wait(p.port(), key)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = open_fds(&p);
+    assert!(
+        during >= base + 20,
+        "20 cancels in flight: {base} -> {during} fds"
+    );
+    for cancel in cancels {
+        let took = cancel.await.unwrap();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            "a black-holed cancel was given up after {took:?}, want about 1 s"
+        );
+    }
+    assert_eq!(cancels_counted(&p, "timeout"), 20.0);
+    let until = Instant::now() + Duration::from_secs(2);
+    while open_fds(&p) > base {
+        assert!(Instant::now() < until, "{base} -> {} fds", open_fds(&p));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The cancels never reached PostgreSQL: the query ends on its own once the network heals.
+    proxy.set_mode(Mode::Pass);
+    assert_eq!(tags(&c.until_ready().await), "TDCZ");
+
+    // A cancel PostgreSQL gets: the query is cancelled, the session goes on.
+    c.send(&query("select pg_sleep(30)")).await;
+    until_active(db).await;
+    let took = cancel_and_wait(p.port(), key).await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let frames = c.until_ready().await;
+    let error = frames.iter().find(|f| f.tag == b'E').expect("cancelled");
+    assert_eq!(sqlstate(error), "57014", "{}", tags(&frames));
+    assert_eq!(cancels_counted(&p, "forwarded"), 1.0);
+    c.send(&query("select 1")).await;
+    assert_eq!(tags(&c.until_ready().await), "TDCZ");
+    // A key nobody holds is dropped, as PostgreSQL drops it.
+    let took = cancel_and_wait(p.port(), (key.0, key.1.wrapping_add(1))).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(cancels_counted(&p, "unknown"), 1.0);
+    // No server leaked: the pooler's one server is idle.
+    let states = backends(db).await;
+    assert!(states.iter().all(|s| s == "idle"), "{states:?}");
 }

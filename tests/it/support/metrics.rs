@@ -93,6 +93,15 @@ pub fn metric_or_zero(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     metric(text, name, labels).unwrap_or(0.0)
 }
 
+/// `droidpool_servers_closed_total{reason}` of `p` now.
+pub fn servers_closed(p: &Pooler, reason: &str) -> f64 {
+    metric_or_zero(
+        &scrape(p),
+        "droidpool_servers_closed_total",
+        &[("reason", reason)],
+    )
+}
+
 /// GET /metrics, asserting 200.
 pub fn scrape(p: &Pooler) -> String {
     let (code, body) = block_in_place(|| p.admin_get("/metrics"));

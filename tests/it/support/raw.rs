@@ -133,6 +133,39 @@ impl Raw {
 
     /// As [`Raw::connect`], with the startup packet's parameters given in full.
     pub async fn connect_with(port: u16, params: &[(&str, &str)]) -> Raw {
+        let (raw, login) = Raw::login(port, params).await;
+        assert_eq!(
+            login.first().map(|f| f.tag),
+            Some(backend::AUTHENTICATION_TAG)
+        );
+        raw
+    }
+
+    /// As [`Raw::connect`], also returning the cancel key the pooler gave (BackendKeyData):
+    /// its process id is the client's `id` in the admin console's `SHOW CLIENTS`.
+    pub async fn connect_keyed(port: u16, user: &str, db: &str) -> (Raw, (i32, i32)) {
+        let (raw, login) = Raw::login(port, &[("user", user), ("database", db)]).await;
+        let key = login
+            .iter()
+            .find(|f| f.tag == backend::BACKEND_KEY_DATA_TAG)
+            .map(|f| {
+                let b = f.body();
+                let int = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+                (int(0), int(4))
+            })
+            .expect("BackendKeyData at login");
+        (raw, key)
+    }
+
+    /// Connects and logs in (trust); returns the login's messages up to ReadyForQuery.
+    pub async fn connect_frames(port: u16, user: &str, db: &str) -> Vec<Frame> {
+        Raw::login(port, &[("user", user), ("database", db)])
+            .await
+            .1
+    }
+
+    /// Connects, sends a startup packet with `params` and reads up to ReadyForQuery.
+    async fn login(port: u16, params: &[(&str, &str)]) -> (Raw, Vec<Frame>) {
         let stream = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect to pooler");
@@ -144,26 +177,7 @@ impl Raw {
         frontend::startup_message(&mut b, params);
         raw.send(&b).await;
         let login = raw.until_ready().await;
-        assert_eq!(
-            login.first().map(|f| f.tag),
-            Some(backend::AUTHENTICATION_TAG)
-        );
-        raw
-    }
-
-    /// Connects and logs in (trust); returns the login's messages up to ReadyForQuery.
-    pub async fn connect_frames(port: u16, user: &str, db: &str) -> Vec<Frame> {
-        let stream = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect to pooler");
-        let mut raw = Raw {
-            stream,
-            buf: BytesMut::new(),
-        };
-        let mut b = BytesMut::new();
-        frontend::startup_message(&mut b, &[("user", user), ("database", db)]);
-        raw.send(&b).await;
-        raw.until_ready().await
+        (raw, login)
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {
@@ -215,4 +229,23 @@ impl Raw {
             .await
             .is_ok()
     }
+}
+
+/// Sends a CancelRequest for `key` to the pooler on `port` on a connection of its own, as
+/// libpq does, and waits for the pooler to close that connection; returns how long that took.
+pub async fn cancel_and_wait(port: u16, key: (i32, i32)) -> Duration {
+    let started = std::time::Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to pooler");
+    let mut b = BytesMut::new();
+    frontend::cancel_request(&mut b, key.0, key.1);
+    s.write_all(&b).await.expect("send the cancel request");
+    let mut sink = [0u8; 64];
+    tokio::time::timeout(RECV_TIMEOUT, async {
+        while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await
+    .expect("the pooler closes a cancel connection");
+    started.elapsed()
 }
