@@ -43,6 +43,9 @@ pub struct ClientMetrics {
     pub bytes_in: IntCounter,
     pub bytes_out: IntCounter,
     pub wait_seconds: Histogram,
+    /// From a request to the pool's immediate refusal of it (circuit open, waiting full),
+    /// measured in the pooler: what a refusal costs whatever load the clients' machine has.
+    pub refusal_seconds: Histogram,
     pub transaction_seconds: Histogram,
     pub query_seconds: Histogram,
 }
@@ -201,6 +204,11 @@ impl Metrics {
                 &r,
                 "droidpool_wait_seconds",
                 "Time clients waited for a server connection.",
+            ),
+            refusal_seconds: histogram(
+                &r,
+                "droidpool_refusal_seconds",
+                "Time from a request to the pool's immediate refusal of it (57P03, 53300).",
             ),
             transaction_seconds: histogram(
                 &r,

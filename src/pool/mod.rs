@@ -453,12 +453,14 @@ impl Pool {
                 return Ok(conn);
             }
             if let Some(e) = self.circuit_open(&mut st) {
+                self.count_refusal(since);
                 return Err(e);
             }
             let max_waiting = settings.max_waiting;
             if st.waiters.len() >= max_waiting {
                 st.waiters.retain(|w| !w.is_closed());
                 if st.waiters.len() >= max_waiting {
+                    self.count_refusal(since);
                     return Err(PoolError::TooManyWaiting {
                         pool: self.inner.name.clone(),
                         max: max_waiting,
@@ -582,6 +584,15 @@ impl Pool {
     fn lock_and_spawn(&self) {
         let mut st = self.lock();
         self.spawn_connects(&mut st);
+    }
+
+    /// Times a refusal from the request it answers (`since`: the caller's clock read).
+    fn count_refusal(&self, since: tokio::time::Instant) {
+        self.inner
+            .metrics
+            .clients
+            .refusal_seconds
+            .observe(since.elapsed().as_secs_f64());
     }
 
     fn count_close(&self, reason: CloseReason) {

@@ -355,6 +355,10 @@ struct StormReport {
     /// 57P03 answers and the p99 of their latency as the clients saw it.
     refusals: usize,
     refusal_p99: Duration,
+    /// The pool's immediate refusals as the pooler timed them (`droidpool_refusal_seconds`):
+    /// how many, and how many within 10 ms.
+    pooler_refusals: f64,
+    pooler_refusals_within_10ms: f64,
 }
 
 /// `clients` sessions log in while the proxy passes; then, for `outage`, the proxy refuses new
@@ -479,11 +483,18 @@ async fn storm(clients: usize, outage: Duration, fault: Mode) -> StormReport {
         max_waiting,
         refusals: refusals.len(),
         refusal_p99,
+        pooler_refusals: metric_or_zero(&m, "droidpool_refusal_seconds_count", &[]),
+        pooler_refusals_within_10ms: metric_or_zero(
+            &m,
+            "droidpool_refusal_seconds_bucket",
+            &[("le", "0.01")],
+        ),
     };
     eprintln!(
         "storm ({fault:?}) with {clients} clients, {outage:?} outage: {} login attempts reached the proxy \
          (bound {}), {} client requests, outcomes {:?}, slowest recovery {:?}, \
-         retry overflow {}, retries {}, max waiting {}, 57P03 p99 {:?} of {}",
+         retry overflow {}, retries {}, max waiting {}, 57P03 p99 {:?} of {} (clients' clock), \
+         {} of {} refusals within 10 ms (pooler's clock)",
         report.logins_during_outage,
         storm_login_bound(fault_lasted),
         report.requests,
@@ -494,6 +505,8 @@ async fn storm(clients: usize, outage: Duration, fault: Mode) -> StormReport {
         report.max_waiting,
         report.refusal_p99,
         report.refusals,
+        report.pooler_refusals_within_10ms,
+        report.pooler_refusals,
     );
     if std::env::var_os("FAULTS_DEBUG").is_some() {
         eprintln!("{}", rig.pooler.stderr());
@@ -522,9 +535,19 @@ fn check_storm(r: &StormReport, recovery: Duration) {
             r.max_waiting
         ));
     }
-    if r.refusal_p99 > Duration::from_millis(10) {
+    // The pooler answers a refusal within 10 ms (p99), timed where it is made: what clients
+    // on a loaded 2-core machine measure adds their own scheduling. Their clock still shows
+    // that no refusal waits for a login (a login that hangs takes connect_timeout, 1 s).
+    if r.pooler_refusals == 0.0 || r.pooler_refusals_within_10ms < 0.99 * r.pooler_refusals {
         failed.push(format!(
-            "57P03 answered in {:?} (p99 of {}): a refusal must not wait for a login",
+            "{} of {} refusals answered within 10 ms by the pooler (needs 99 %)",
+            r.pooler_refusals_within_10ms, r.pooler_refusals
+        ));
+    }
+    if r.refusal_p99 > Duration::from_millis(250) {
+        failed.push(format!(
+            "57P03 answered in {:?} (p99 of {}) as clients saw it: a refusal must not wait \
+             for a login",
             r.refusal_p99, r.refusals
         ));
     }
