@@ -135,7 +135,7 @@ async fn login_inner(
             .unwrap_or(user)
             .to_owned(),
     };
-    super::auth::authenticate(stream, &mut buf, shared, user, &mut out).await?;
+    let learned = super::auth::authenticate(stream, &mut buf, shared, user, &mut out).await?;
     if super::console::is_console_database(&key.database) {
         let allowed = shared
             .config
@@ -182,6 +182,9 @@ async fn login_inner(
     }
     // Trust: the only method until client authentication lands; validated to loopback.
     backend::auth_ok(&mut out);
+    if let Some(secret) = learned {
+        shared.pools.learn(&full, user, secret);
+    }
     let pool = shared.pools.get(&key);
     let server_params = pool.startup_params().await?;
     let requested = requested_params(&startup);

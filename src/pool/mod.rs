@@ -663,7 +663,7 @@ mod tests {
             port: listener.local_addr().unwrap().port(),
             user: "u".into(),
             database: "d".into(),
-            password: None,
+            secret: crate::server::TargetSecret::Configured(None),
             connect_timeout: Duration::from_secs(3600),
             tls: Default::default(),
             allow_cleartext: false,

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use super::{Backend, Pool, PoolDeps, PoolSettings};
-use crate::config::{Config, ConfigCell, Secret};
+use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
-use crate::server::ServerTarget;
+use crate::server::{LearnedSecrets, ServerSecret, ServerTarget, TargetSecret};
 use crate::shared::Counters;
 
 /// Pool count above which unused pools are swept on the next new one.
@@ -38,6 +38,8 @@ pub struct Pools {
     /// The auth_query lookup pool (auth database, auth user): kept apart from the clients'
     /// pools, sized by `auth.auth_pool_size`.
     lookups: Mutex<HashMap<PoolKey, Pool>>,
+    /// Server credentials learnt from client logins (SCRAM passthrough), by user.
+    learned: Arc<LearnedSecrets>,
 }
 
 impl Pools {
@@ -60,6 +62,7 @@ impl Pools {
             map: Mutex::new(HashMap::new()),
             draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
+            learned: Arc::default(),
         }
     }
 
@@ -75,20 +78,20 @@ impl Pools {
         }
     }
 
-    /// A server login for `user` on `database` with this `password`, as configured.
+    /// A server login for `user` on `database` proving itself with `secret`.
     fn target(
         &self,
         cfg: &Config,
         user: String,
         database: String,
-        password: Option<Secret>,
+        secret: TargetSecret,
     ) -> ServerTarget {
         ServerTarget {
             host: cfg.server.host.clone(),
             port: cfg.server.port,
             user,
             database,
-            password,
+            secret,
             connect_timeout: cfg.server.connect_timeout,
             tls: self.tls.clone(),
             allow_cleartext: cfg.server.allow_cleartext_password,
@@ -122,6 +125,11 @@ impl Pools {
         }
         let cfg = self.config.load();
         let cfg = &*cfg;
+        let secret = if passthrough(cfg) {
+            TargetSecret::Learned(self.learned.clone())
+        } else {
+            TargetSecret::Configured(cfg.server.password.clone())
+        };
         let target = self.target(
             cfg,
             cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
@@ -129,7 +137,7 @@ impl Pools {
                 .database
                 .clone()
                 .unwrap_or_else(|| key.database.clone()),
-            cfg.server.password.clone(),
+            secret,
         );
         let pool = Pool::new(
             key,
@@ -172,7 +180,7 @@ impl Pools {
             cfg,
             key.user.clone(),
             key.database.clone(),
-            cfg.auth.auth_password.clone(),
+            TargetSecret::Configured(cfg.auth.auth_password.clone()),
         );
         let pool = Pool::new(&key, "lookup", target, lookup_settings(cfg), self.deps());
         lookups.insert(key, pool.clone());
@@ -190,6 +198,19 @@ impl Pools {
         }
     }
 
+    /// Keeps what `user` proved at login for its server logins, when they log in as the
+    /// client's user with no configured password (SCRAM passthrough); otherwise keeps nothing.
+    pub fn learn(&self, cfg: &Config, user: &str, secret: ServerSecret) {
+        if passthrough(cfg) {
+            self.learned.learn(user, secret);
+        }
+    }
+
+    /// The credentials learnt from client logins (to forget those a change made stale).
+    pub fn learned(&self) -> &LearnedSecrets {
+        &self.learned
+    }
+
     /// The TLS settings server logins use.
     pub fn tls(&self) -> &Arc<crate::net::TlsCell> {
         &self.tls
@@ -205,6 +226,12 @@ impl SnapshotSource for Pools {
     fn snapshots(&self) -> Vec<PoolSnapshot> {
         self.all().iter().map(Pool::snapshot).collect()
     }
+}
+
+/// Server logins are as the client's user with no configured password: each user's own
+/// credential, learnt from its logins, is used.
+fn passthrough(cfg: &Config) -> bool {
+    cfg.server.user.is_none() && cfg.server.password.is_none()
 }
 
 /// The lookup pool's key: the auth database and auth user, if auth_query is on.

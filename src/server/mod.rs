@@ -1,11 +1,15 @@
 //! One connection to PostgreSQL: login, the parameters it reports, and its identity.
 
+mod credential;
 mod login;
 pub mod replies;
+pub mod scram;
 
+pub use credential::{LearnedSecrets, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
 pub use replies::{Owed, Replies, Request, Step};
+pub use scram::ScramKeys;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -37,6 +41,24 @@ pub enum ServerError {
     Rejected(ErrorFields),
     #[error("server requested a password but none is configured")]
     NoPassword,
+    /// Passthrough, and the user has not proved a stored credential to the pooler yet.
+    #[error(
+        "no server credential for user \"{user}\": droid-pool logs in to PostgreSQL as this user \
+         with what a SCRAM-SHA-256 login against a stored verifier proved, or with a stored \
+         plaintext password, and has neither (log in once with SCRAM, store the password, or \
+         set server.password)"
+    )]
+    NoPassthrough { user: String },
+    #[error(
+        "the server asked for a password, but droid-pool holds only SCRAM keys for user \
+         \"{user}\": passthrough needs scram-sha-256 for this user in pg_hba.conf"
+    )]
+    PassthroughNeedsScram { user: String },
+    #[error(
+        "the server's SCRAM salt or iteration count differs from the verifier droid-pool holds \
+         for this user: copy the current verifier from pg_authid"
+    )]
+    StaleVerifier,
     #[error(
         "the server asked for the password in cleartext over an unencrypted connection; refused \
          (use TLS to the server, or set server.allow_cleartext_password: true)"
@@ -73,9 +95,12 @@ impl ServerError {
         match self {
             ServerError::Rejected(f) if !f.code.is_empty() => &f.code,
             ServerError::NoPassword
+            | ServerError::NoPassthrough { .. }
+            | ServerError::PassthroughNeedsScram { .. }
             | ServerError::CleartextRefused
             | ServerError::NoServerSignature
             | ServerError::UnsupportedAuth(_) => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            ServerError::StaleVerifier => sqlstate::INVALID_PASSWORD,
             ServerError::Connect { .. } | ServerError::Timeout | ServerError::Tls(_) => {
                 sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
             }
@@ -88,6 +113,9 @@ impl ServerError {
         matches!(
             self,
             ServerError::NoPassword
+                | ServerError::NoPassthrough { .. }
+                | ServerError::PassthroughNeedsScram { .. }
+                | ServerError::StaleVerifier
                 | ServerError::CleartextRefused
                 | ServerError::NoServerSignature
                 | ServerError::UnsupportedAuth(_)
