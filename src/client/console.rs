@@ -181,6 +181,12 @@ fn show(shared: &Arc<Shared>, what: &str) -> Answer {
                 "maxwait",
                 "pool_mode",
                 "pool_size",
+                "reserve_pool",
+                "sv_reserve",
+                "max_db_connections",
+                "db_connections",
+                "max_user_connections",
+                "user_connections",
             ],
             shared
                 .pools
@@ -200,6 +206,12 @@ fn show(shared: &Arc<Shared>, what: &str) -> Answer {
                         format!("{}", s.max_wait_seconds as u64),
                         s.mode.into(),
                         s.pool_size.to_string(),
+                        s.reserve_size.to_string(),
+                        s.servers_reserve.to_string(),
+                        s.limits.max_db_connections.to_string(),
+                        s.limits.db_connections.to_string(),
+                        s.limits.max_user_connections.to_string(),
+                        s.limits.user_connections.to_string(),
                     ]
                 })
                 .collect(),

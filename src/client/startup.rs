@@ -24,6 +24,8 @@ pub struct Login {
     pub id: u64,
     pub pid: i32,
     pub pool: Pool,
+    /// The session's membership of its pool (and its user's client count).
+    pub member: crate::pool::PoolClient,
     pub params: ClientParams,
     pub cancel: Arc<CancelSlot>,
     /// Bytes the client sent after its startup packet.
@@ -186,6 +188,19 @@ async fn login_inner(
         shared.pools.learn(&full, user, secret);
     }
     let pool = shared.pools.get(&key);
+    let Some(member) = pool.try_attach(full.client.max_user_connections) else {
+        shared
+            .metrics
+            .clients
+            .shed
+            .with_label_values(&["too_many_user_clients"])
+            .inc();
+        // PostgreSQL's answer when a role's CONNECTION LIMIT is reached.
+        return Err(ClientError::Fatal {
+            code: sqlstate::TOO_MANY_CONNECTIONS,
+            message: format!("too many connections for role \"{user}\""),
+        });
+    };
     let server_params = pool.startup_params().await?;
     let requested = requested_params(&startup);
     let mut params = ClientParams::new(server_params.clone());
@@ -207,6 +222,7 @@ async fn login_inner(
         id: client_id,
         pid,
         pool,
+        member,
         params,
         cancel,
         leftover: buf,

@@ -4,7 +4,7 @@
 
 mod snapshot;
 
-pub use snapshot::{PoolSnapshot, SnapshotCollector, SnapshotSource};
+pub use snapshot::{LimitCounts, PoolSnapshot, SnapshotCollector, SnapshotSource};
 
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,

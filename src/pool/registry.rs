@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Pool, PoolDeps, PoolSettings};
+use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings};
 use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
@@ -40,6 +40,52 @@ pub struct Pools {
     lookups: Mutex<HashMap<PoolKey, Pool>>,
     /// Server credentials learnt from client logins (SCRAM passthrough), by user.
     learned: Arc<LearnedSecrets>,
+    /// The limits pools share, by database and by user: kept while a pool counts against
+    /// them (whether or not a limit is set, so setting one by reload counts what is open).
+    limits: Mutex<SharedLimits>,
+}
+
+#[derive(Default)]
+struct SharedLimits {
+    databases: HashMap<String, Arc<Limit>>,
+    users: HashMap<String, Arc<Limit>>,
+}
+
+impl SharedLimits {
+    /// The limits of a new pool `key`, made on first use.
+    fn for_pool(&mut self, cfg: &Config, key: &PoolKey) -> Vec<Arc<Limit>> {
+        let db = self
+            .databases
+            .entry(key.database.clone())
+            .or_insert_with(|| {
+                let max = PoolSettings::max_db_connections(cfg, &key.database);
+                Arc::new(Limit::new(LimitKind::Database, max))
+            });
+        let db = db.clone();
+        let user = self.users.entry(key.user.clone()).or_insert_with(|| {
+            let max = PoolSettings::max_user_connections(cfg, &key.user);
+            Arc::new(Limit::new(LimitKind::User, max))
+        });
+        vec![db, user.clone()]
+    }
+
+    /// Applies reloaded limits.
+    fn apply(&self, cfg: &Config) {
+        for (name, l) in &self.databases {
+            l.cap
+                .resize_limit(PoolSettings::max_db_connections(cfg, name));
+        }
+        for (name, l) in &self.users {
+            l.cap
+                .resize_limit(PoolSettings::max_user_connections(cfg, name));
+        }
+    }
+
+    /// Forgets limits no pool counts against any more.
+    fn sweep(&mut self) {
+        self.databases.retain(|_, l| Arc::strong_count(l) > 1);
+        self.users.retain(|_, l| Arc::strong_count(l) > 1);
+    }
 }
 
 impl Pools {
@@ -63,12 +109,14 @@ impl Pools {
             draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
             learned: Arc::default(),
+            limits: Mutex::default(),
         }
     }
 
-    /// What a new pool shares with the others.
-    fn deps(&self) -> PoolDeps {
+    /// What a new pool shares with the others (and the limits it counts against).
+    fn deps(&self, limits: Vec<Arc<Limit>>) -> PoolDeps {
         PoolDeps {
+            limits,
             events: self.events,
             counters: self.counters.clone(),
             metrics: self.metrics.clone(),
@@ -122,6 +170,7 @@ impl Pools {
                 }
                 keep
             });
+            self.lock_limits().sweep();
         }
         let cfg = self.config.load();
         let cfg = &*cfg;
@@ -139,12 +188,13 @@ impl Pools {
                 .unwrap_or_else(|| key.database.clone()),
             secret,
         );
+        let limits = self.lock_limits().for_pool(cfg, key);
         let pool = Pool::new(
             key,
-            cfg.pool.mode.as_str(),
+            false,
             target,
-            PoolSettings::from_config(cfg),
-            self.deps(),
+            PoolSettings::for_pool(cfg, key),
+            self.deps(limits),
         );
         map.insert(key.clone(), pool.clone());
         pool
@@ -153,8 +203,13 @@ impl Pools {
     /// Applies reloaded pool settings to every pool; a lookup pool for an auth user or
     /// database no longer configured is retired.
     pub fn apply(&self, cfg: &Config) {
-        for pool in self.all() {
-            pool.update(PoolSettings::from_config(cfg));
+        self.lock_limits().apply(cfg);
+        let pools: Vec<(PoolKey, Pool)> = {
+            let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.iter().map(|(k, p)| (k.clone(), p.clone())).collect()
+        };
+        for (key, pool) in pools {
+            pool.update(PoolSettings::for_pool(cfg, &key));
         }
         let current = lookup_key(cfg);
         let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
@@ -182,7 +237,13 @@ impl Pools {
             key.database.clone(),
             TargetSecret::Configured(cfg.auth.auth_password.clone()),
         );
-        let pool = Pool::new(&key, "lookup", target, lookup_settings(cfg), self.deps());
+        let pool = Pool::new(
+            &key,
+            true,
+            target,
+            lookup_settings(cfg),
+            self.deps(Vec::new()),
+        );
         lookups.insert(key, pool.clone());
         Some(pool)
     }
@@ -209,6 +270,10 @@ impl Pools {
     /// The credentials learnt from client logins (to forget those a change made stale).
     pub fn learned(&self) -> &LearnedSecrets {
         &self.learned
+    }
+
+    fn lock_limits(&self) -> std::sync::MutexGuard<'_, SharedLimits> {
+        self.limits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The TLS settings server logins use.
@@ -242,11 +307,13 @@ fn lookup_key(cfg: &Config) -> Option<PoolKey> {
     })
 }
 
-/// A lookup pool's settings: `auth.auth_pool_size` servers, none kept open when idle.
+/// A lookup pool's settings: `auth.auth_pool_size` servers, none kept open when idle, no
+/// reserve.
 fn lookup_settings(cfg: &Config) -> PoolSettings {
     PoolSettings {
         size: cfg.auth.auth_pool_size,
         min_size: 0,
+        reserve_size: 0,
         ..PoolSettings::from_config(cfg)
     }
 }

@@ -72,7 +72,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         expires: None,
         statements: ServerStatements::default(),
         replies: Default::default(),
-        permit: None,
+        slots: Default::default(),
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);

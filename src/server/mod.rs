@@ -156,8 +156,18 @@ pub struct ServerConn {
     pub statements: ServerStatements,
     /// What this connection still owes, in request order.
     pub replies: Replies,
-    /// A slot of the pool's capacity, freed whenever this connection is dropped.
-    pub permit: Option<OwnedSemaphorePermit>,
+    /// What the connection counts against, freed whenever it is dropped.
+    pub slots: Slots,
+}
+
+/// The slots a server connection occupies while it exists: its pool's (or the pool's
+/// reserve's) and those of the limits pools share. Given back when dropped.
+#[derive(Debug, Default)]
+pub struct Slots {
+    pub pool: Option<OwnedSemaphorePermit>,
+    /// `pool` is a slot of the pool's reserve: the connection goes when nobody waits for it.
+    pub reserve: bool,
+    pub shared: Vec<OwnedSemaphorePermit>,
 }
 
 impl ServerConn {

@@ -6,6 +6,7 @@ mod differential;
 mod faults;
 mod kind_checker;
 mod lifecycle;
+mod limits;
 mod prepared;
 mod relay;
 mod security;
