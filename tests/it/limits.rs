@@ -115,6 +115,35 @@ async fn database_limit_spans_pools() {
         1,
         "a pool at the database limit opened a server"
     );
+    // Shown in SHOW POOLS and the gauges as in /status.
+    let (_, pools) =
+        support::pooler::http_request_body(pooler.admin_port(), "POST", "/console", "SHOW POOLS");
+    let rows: Vec<Vec<&str>> = pools.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(
+        rows[0][13..],
+        [
+            "max_db_connections",
+            "db_connections",
+            "max_user_connections",
+            "user_connections"
+        ],
+        "{pools}"
+    );
+    let b_row = rows
+        .iter()
+        .find(|r| r[..2] == ["lim_db", "lim_b"])
+        .expect("lim_b's pool");
+    assert_eq!((b_row[3], b_row[13], b_row[14]), ("1", "1", "1"), "{pools}");
+    let text = scrape(&pooler);
+    let db_label = [("database", db)];
+    assert_eq!(
+        metric_or_zero(&text, "droidpool_database_max_connections", &db_label),
+        1.0
+    );
+    assert_eq!(
+        metric_or_zero(&text, "droidpool_database_server_connections", &db_label),
+        1.0
+    );
     let s = pool_status(&pooler, db, "lim_b");
     assert_eq!(
         (s["db_connections"].clone(), s["max_db_connections"].clone()),
