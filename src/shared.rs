@@ -80,6 +80,8 @@ pub struct Shared {
     /// The log line of a failed client login, rate-limited: a password-guessing flood cannot
     /// flood the log too.
     pub auth_failures: crate::events::LogLimit,
+    /// This host's name (a pod's name), read once: finds this pooler's `peers` entry.
+    pub hostname: Option<String>,
 }
 
 impl Shared {
@@ -119,8 +121,18 @@ impl Shared {
             auth: Arc::new(AuthStore::default()),
             pending_logins: Arc::default(),
             auth_failures: crate::events::LogLimit::per_second(10),
+            hostname: hostname(),
         })
     }
+}
+
+/// The host name: `$HOSTNAME` (a pod's name in Kubernetes), else the kernel's.
+fn hostname() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
 }
 
 /// Why credentials or certificates could not be (re)loaded.
@@ -161,10 +173,12 @@ impl Shared {
     pub fn status(&self) -> serde_json::Value {
         let l = &self.lifecycle;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let cfg = self.config.load();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "peer_id": crate::client::peers::own_peer_id(&cfg, self.hostname.as_deref()),
             "config_generation": self.metrics.lifecycle.config_generation.get(),
-            "config_hash": self.config.load().file_hash.clone(),
+            "config_hash": cfg.file_hash.clone(),
             "started": l.is_started(),
             "ready": l.is_ready(),
             "paused": l.is_paused(),

@@ -1,15 +1,18 @@
 //! Cancel keys: the pooler's own BackendKeyData per client, and forwarding a CancelRequest to
 //! the server that client holds at that moment, on a new connection with that server's key.
+//! A key is the whole (process id, secret) pair: with a peer number in the process id (see
+//! `peers`), process ids alone may repeat.
 
 use rand::Rng;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, ToSocketAddrs};
 
 use crate::protocol::frontend;
 
@@ -33,7 +36,7 @@ impl CancelSlot {
     /// Cancels what the held server runs now (the query timeout), in the background.
     pub fn cancel_now(&self) {
         if let Some((addr, pid, secret)) = self.get() {
-            tokio::spawn(send_cancel(addr, pid, secret));
+            tokio::spawn(send_cancel(addr, pid, secret, SERVER_CANCEL_TIMEOUT));
         }
     }
 
@@ -54,40 +57,42 @@ pub struct ClientRow {
     pub server: Option<u64>,
 }
 
-/// Pid → (secret, slot) of every logged-in client.
+/// How long a cancel sent to a server may take to connect and be written.
+const SERVER_CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Key (pid, secret) → slot of every logged-in client.
 #[derive(Debug, Default)]
 pub struct Cancels {
-    map: Mutex<HashMap<i32, (i32, Arc<CancelSlot>)>>,
+    map: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
 }
 
 impl Cancels {
-    /// Registers a logged-in client under a fresh random key: a process id no live client has
-    /// and a random secret, so a key can be neither guessed from the client's number nor
-    /// reused. Returns the key and the client's slot.
-    pub fn register(&self, pool: Arc<str>) -> ((i32, i32), Arc<CancelSlot>) {
+    /// Registers a logged-in client under a fresh random key no live client has: a process id
+    /// carrying this pooler's peer number (`peer`, 0 for none) and random bits, and a random
+    /// secret, so a key can be neither guessed from the client's number nor reused. Returns
+    /// the key and the client's slot.
+    pub fn register(&self, pool: Arc<str>, peer: u16) -> ((i32, i32), Arc<CancelSlot>) {
         let slot = Arc::new(CancelSlot {
             held: Mutex::new(None),
             pool,
         });
         let mut rng = rand::thread_rng();
-        let secret: i32 = rng.gen();
         let mut map = self.lock();
-        let pid = loop {
-            // Positive, as PostgreSQL's process ids are.
-            let pid = rng.gen_range(1..=i32::MAX);
-            if !map.contains_key(&pid) {
-                break pid;
+        let key = loop {
+            let key = (super::peers::issue_pid(peer, &mut rng), rng.gen());
+            if !map.contains_key(&key) {
+                break key;
             }
         };
-        map.insert(pid, (secret, slot.clone()));
-        ((pid, secret), slot)
+        map.insert(key, slot.clone());
+        (key, slot)
     }
 
-    pub fn unregister(&self, pid: i32) {
-        self.lock().remove(&pid);
+    pub fn unregister(&self, key: (i32, i32)) {
+        self.lock().remove(&key);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, (i32, Arc<CancelSlot>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<CancelSlot>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -96,8 +101,8 @@ impl Cancels {
         let mut rows: Vec<ClientRow> = self
             .lock()
             .iter()
-            .map(|(pid, (_, slot))| ClientRow {
-                pid: *pid,
+            .map(|(&(pid, _), slot)| ClientRow {
+                pid,
                 pool: slot.pool.to_string(),
                 server: slot.server().map(|s| s.3),
             })
@@ -111,8 +116,8 @@ impl Cancels {
         let keys: Vec<(i32, i32)> = self
             .lock()
             .iter()
-            .filter(|(_, (_, slot))| slot.get().is_some())
-            .map(|(pid, (secret, _))| (*pid, *secret))
+            .filter(|(_, slot)| slot.get().is_some())
+            .map(|(key, _)| *key)
             .collect();
         for (pid, secret) in &keys {
             self.forward(*pid, *secret).await;
@@ -120,26 +125,32 @@ impl Cancels {
         keys.len()
     }
 
-    /// Forwards a cancel if the key matches a client that holds a server; otherwise drops it,
-    /// as PostgreSQL does (a cancel never gets an answer).
-    pub async fn forward(&self, pid: i32, secret: i32) {
-        let target = {
-            let map = self.lock();
-            match map.get(&pid) {
-                Some((s, slot)) if *s == secret => slot.get(),
-                _ => None,
+    /// Forwards a cancel if the key is a client of this pooler that holds a server (one that
+    /// holds none has nothing to cancel); returns whether the key is one of this pooler's.
+    /// Nobody is answered either way, as PostgreSQL answers no cancel.
+    pub async fn forward(&self, pid: i32, secret: i32) -> bool {
+        let target = self.lock().get(&(pid, secret)).map(|slot| slot.get());
+        let Some(held) = target else {
+            return false;
+        };
+        match held {
+            Some((addr, spid, ssecret)) => {
+                send_cancel(addr, spid, ssecret, SERVER_CANCEL_TIMEOUT).await;
             }
-        };
-        let Some((addr, spid, ssecret)) = target else {
-            tracing::debug!("cancel request for an unknown or idle client dropped");
-            return;
-        };
-        send_cancel(addr, spid, ssecret).await;
+            None => tracing::debug!("cancel request for an idle client dropped"),
+        }
+        true
     }
 }
 
-/// Sends a CancelRequest for server process `spid` to `addr`, on a connection of its own.
-async fn send_cancel(addr: SocketAddr, spid: i32, ssecret: i32) {
+/// Sends a CancelRequest for process `spid` to `addr` (a server, or a peer pooler), on a
+/// connection of its own, within `timeout`; whether it was sent.
+pub(super) async fn send_cancel(
+    addr: impl ToSocketAddrs,
+    spid: i32,
+    ssecret: i32,
+    timeout: Duration,
+) -> bool {
     let mut buf = BytesMut::new();
     frontend::cancel_request(&mut buf, spid, ssecret);
     let send = async {
@@ -147,10 +158,15 @@ async fn send_cancel(addr: SocketAddr, spid: i32, ssecret: i32) {
         s.write_all(&buf).await?;
         s.shutdown().await
     };
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), send)
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-    {
-        tracing::warn!(error = %e, "forwarding a cancel request failed");
+    match tokio::time::timeout(timeout, send).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "forwarding a cancel request failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("forwarding a cancel request timed out");
+            false
+        }
     }
 }

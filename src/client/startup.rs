@@ -22,7 +22,8 @@ use crate::shared::Shared;
 /// A logged-in client, ready for its session.
 pub struct Login {
     pub id: u64,
-    pub pid: i32,
+    /// The client's cancel key (BackendKeyData).
+    pub key: (i32, i32),
     pub pool: Pool,
     /// The session's membership of its pool (and its user's client count).
     pub member: crate::pool::PoolClient,
@@ -98,7 +99,7 @@ async fn login_inner(
                 }
             }
             Some(StartupPacket::Cancel { pid, secret }) => {
-                shared.cancels.forward(pid, secret).await;
+                super::peers::cancel(shared, pid, secret).await;
                 return Ok(Outcome::Done);
             }
             Some(StartupPacket::Startup(s)) => break s,
@@ -211,16 +212,17 @@ async fn login_inner(
     for (k, v) in server_params.iter() {
         backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
     }
-    let ((pid, secret), cancel) = shared.cancels.register(pool.shared_name());
-    backend::backend_key_data(&mut out, pid, secret);
+    let peer = super::peers::own_peer_id(&full, shared.hostname.as_deref());
+    let (key, cancel) = shared.cancels.register(pool.shared_name(), peer);
+    backend::backend_key_data(&mut out, key.0, key.1);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
     if let Err(e) = stream.send(&out).await {
-        shared.cancels.unregister(pid);
+        shared.cancels.unregister(key);
         return Err(e.into());
     }
     Ok(Outcome::Session(Login {
         id: client_id,
-        pid,
+        key,
         pool,
         member,
         params,

@@ -34,6 +34,8 @@ pub struct ClientMetrics {
     pub auth: IntCounterVec,
     /// auth_query lookups by result (cached, found, missing, error).
     pub auth_lookups: IntCounterVec,
+    /// CancelRequests received, by result (local, forwarded, forward_failed, unknown).
+    pub cancels: IntCounterVec,
     pub transactions: IntCounter,
     pub queries: IntCounter,
     pub bytes_in: IntCounter,
@@ -165,6 +167,13 @@ impl Metrics {
                 &r,
                 "droidpool_auth_query_lookups_total",
                 "auth_query lookups of users missing from the files, by result.",
+                &["result"],
+            ),
+            cancels: counter_vec(
+                &r,
+                "droidpool_cancel_requests_total",
+                "CancelRequests received: for a client here (local), sent on to the peer that \
+                 issued the key (forwarded, forward_failed), or for no known key (unknown).",
                 &["result"],
             ),
             transactions: counter(

@@ -7,6 +7,7 @@ mod faults;
 mod kind_checker;
 mod lifecycle;
 mod limits;
+mod peers;
 mod prepared;
 mod relay;
 mod security;
