@@ -80,6 +80,8 @@ pub struct Shared {
     /// The log line of a failed client login, rate-limited: a password-guessing flood cannot
     /// flood the log too.
     pub auth_failures: crate::events::LogLimit,
+    /// This host's name (a pod's name), read once: finds this pooler's `peers` entry.
+    pub hostname: Option<String>,
 }
 
 impl Shared {
@@ -119,8 +121,18 @@ impl Shared {
             auth: Arc::new(AuthStore::default()),
             pending_logins: Arc::default(),
             auth_failures: crate::events::LogLimit::per_second(10),
+            hostname: hostname(),
         })
     }
+}
+
+/// The host name: `$HOSTNAME` (a pod's name in Kubernetes), else the kernel's.
+fn hostname() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
 }
 
 /// Why credentials or certificates could not be (re)loaded.
@@ -139,6 +151,15 @@ impl Shared {
         let users = crate::auth::Users::load(&cfg.auth)?;
         self.tls.load(&cfg.tls)?;
         let n = users.len();
+        // Server credentials learnt from a credential that changed go: a user found in the
+        // files must still agree with them; one no longer there may still be looked up.
+        let lookups = cfg.auth.auth_user.is_some();
+        self.pools
+            .learned()
+            .retain(|user, secret| match users.get(user) {
+                Some(c) => c.agrees_with(secret),
+                None => lookups,
+            });
         self.auth.replace(users);
         tracing::info!(
             users = n,
@@ -152,10 +173,12 @@ impl Shared {
     pub fn status(&self) -> serde_json::Value {
         let l = &self.lifecycle;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let cfg = self.config.load();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "peer_id": crate::client::peers::own_peer_id(&cfg, self.hostname.as_deref()),
             "config_generation": self.metrics.lifecycle.config_generation.get(),
-            "config_hash": self.config.load().file_hash.clone(),
+            "config_hash": cfg.file_hash.clone(),
             "started": l.is_started(),
             "ready": l.is_ready(),
             "paused": l.is_paused(),
@@ -175,5 +198,58 @@ impl Shared {
     /// Whether every pool's last server login succeeded (for opt-in backend readiness).
     pub fn backend_reachable(&self) -> bool {
         self.pools.all().iter().all(|p| p.last_login_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Exchange, Verifier};
+    use crate::server::ServerSecret;
+    use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+
+    /// The keys a client proving `password` against `verifier` gives.
+    fn proved(verifier: &Verifier, password: &str) -> ServerSecret {
+        let mut client = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+        let (ex, first) = Exchange::start(verifier.clone(), client.message()).unwrap();
+        client.update(first.as_bytes()).unwrap();
+        let (_, keys) = ex.finish(client.message()).unwrap();
+        ServerSecret::Scram(Arc::new(keys))
+    }
+
+    /// Passthrough credentials live as long as the stored credential they came from: a
+    /// reloaded users file with a new verifier (or without the user) drops them, an
+    /// unchanged one keeps them; nothing of them prints.
+    #[test]
+    fn learnt_server_credentials_go_when_their_verifier_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("userlist.txt");
+        let line = |u: &str, v: &str| format!("\"{u}\" \"{v}\"\n");
+        let v1 = postgres_protocol::password::scram_sha_256(b"pw1");
+        let other = postgres_protocol::password::scram_sha_256(b"pw9");
+        std::fs::write(&list, line("app", &v1) + &line("ops", &other)).unwrap();
+        let mut cfg = Config::default();
+        cfg.auth.users_file = Some(list.clone());
+        let shared = Shared::new(cfg.clone(), CancellationToken::new());
+        shared.load_secrets(&cfg).unwrap();
+        let secret = proved(&Verifier::parse(&v1).unwrap(), "pw1");
+        assert!(!format!("{secret:?} {:?}", shared.pools.learned()).contains("pw1"));
+        shared.pools.learn(&cfg, "app", secret.clone());
+        shared.pools.learn(&cfg, "ops", secret.clone());
+        assert_eq!(shared.pools.learned().len(), 2);
+        // Reloaded unchanged for `app`; `ops` never agreed with what was learnt.
+        shared.load_secrets(&cfg).unwrap();
+        assert_eq!(shared.pools.learned().get("app"), Some(secret.clone()));
+        assert_eq!(shared.pools.learned().get("ops"), None);
+        // A rotated password: a new verifier for `app`.
+        let v2 = postgres_protocol::password::scram_sha_256(b"pw2");
+        std::fs::write(&list, line("app", &v2)).unwrap();
+        shared.load_secrets(&cfg).unwrap();
+        assert!(shared.pools.learned().is_empty());
+        // With a configured server password nothing is learnt at all.
+        let mut fixed = cfg.clone();
+        fixed.server.password = Some(crate::config::Secret::new("x".into()));
+        shared.pools.learn(&fixed, "app", secret);
+        assert!(shared.pools.learned().is_empty());
     }
 }

@@ -6,10 +6,7 @@ pub mod query;
 pub mod scram;
 pub mod userlist;
 
-/// Equality of secrets in time independent of where they differ (only their lengths show).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+pub use crate::server::scram::constant_time_eq;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +16,7 @@ use md5::{Digest, Md5};
 use thiserror::Error;
 
 use crate::config::{AuthConfig, Secret};
+use crate::server::{ScramKeys, ServerSecret};
 pub use query::AuthQueryCache;
 pub use scram::{Exchange, ScramError, Verifier};
 
@@ -87,6 +85,33 @@ impl Credential {
         match self {
             Credential::Scram(v) | Credential::Plain { verifier: v, .. } => Some(v),
             Credential::Md5(_) => None,
+        }
+    }
+}
+
+impl Credential {
+    /// What a server login may use once the user proved this credential: the password of a
+    /// plaintext one, else the keys the user's SCRAM proof gave (`keys`), if any.
+    pub fn server_secret(&self, keys: Option<ScramKeys>) -> Option<ServerSecret> {
+        match (self, keys) {
+            (Credential::Plain { password, .. }, _) => {
+                Some(ServerSecret::Password(password.clone()))
+            }
+            (Credential::Scram(_), Some(k)) => Some(ServerSecret::Scram(std::sync::Arc::new(k))),
+            _ => None,
+        }
+    }
+
+    /// Whether a server credential learnt earlier still belongs to this credential: the same
+    /// password, or keys that match this verifier (a rotated password or a new salt do not).
+    pub fn agrees_with(&self, secret: &ServerSecret) -> bool {
+        match (self, secret) {
+            (Credential::Plain { password, .. }, ServerSecret::Password(p)) => password == p,
+            (Credential::Scram(v), ServerSecret::Scram(k)) => {
+                constant_time_eq(&k.stored_key(), &v.stored_key)
+                    && constant_time_eq(&k.server_key, &v.server_key)
+            }
+            _ => false,
         }
     }
 }

@@ -4,13 +4,11 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use hmac::{Hmac, KeyInit, Mac};
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use crate::protocol::scram::{self as msg, ChannelBinding};
-
-type HmacSha256 = Hmac<Sha256>;
+use crate::server::scram::{hmac, ScramKeys};
 
 /// Why a SCRAM exchange failed. Messages never carry key material.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -41,14 +39,6 @@ impl std::fmt::Debug for Verifier {
 
 fn key32(b64: &str) -> Option<[u8; 32]> {
     B64.decode(b64).ok()?.try_into().ok()
-}
-
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-    for p in parts {
-        mac.update(p);
-    }
-    mac.finalize().into_bytes().into()
 }
 
 /// Equality in time independent of where the inputs differ.
@@ -129,8 +119,10 @@ impl Exchange {
         Ok((ex, server_first))
     }
 
-    /// Handles client-final: checks binding, nonce and proof; returns server-final.
-    pub fn finish(self, client_final: &[u8]) -> Result<String, ScramError> {
+    /// Handles client-final: checks binding, nonce and proof; returns server-final and what
+    /// the proof gave away, the user's ClientKey (with this verifier's ServerKey, salt and
+    /// iteration count): enough to log in to a PostgreSQL that holds the same verifier.
+    pub fn finish(self, client_final: &[u8]) -> Result<(String, ScramKeys), ScramError> {
         let fin = msg::parse_client_final(client_final).map_err(|_| malformed("client-final"))?;
         if fin.binding != B64.encode(self.gs2_header.as_bytes()) {
             return Err(malformed("channel binding data"));
@@ -144,13 +136,22 @@ impl Exchange {
         }
         let auth = format!("{},{}", self.auth_prefix, fin.without_proof);
         let signature = hmac(&self.verifier.stored_key, &[auth.as_bytes()]);
-        let client_key: Vec<u8> = proof.iter().zip(signature).map(|(p, s)| p ^ s).collect();
-        let stored: [u8; 32] = Sha256::digest(&client_key).into();
+        let mut client_key = [0u8; 32];
+        for (k, (p, s)) in client_key.iter_mut().zip(proof.iter().zip(signature)) {
+            *k = p ^ s;
+        }
+        let stored: [u8; 32] = Sha256::digest(client_key).into();
         if !same(&stored, &self.verifier.stored_key) {
             return Err(ScramError::WrongProof);
         }
         let server_sig = hmac(&self.verifier.server_key, &[auth.as_bytes()]);
-        Ok(msg::server_final(&B64.encode(server_sig)))
+        let keys = ScramKeys {
+            client_key,
+            server_key: self.verifier.server_key,
+            salt: self.verifier.salt,
+            iterations: self.verifier.iterations,
+        };
+        Ok((msg::server_final(&B64.encode(server_sig)), keys))
     }
 }
 
@@ -171,7 +172,7 @@ mod tests {
         client
             .update(server_first.as_bytes())
             .expect("client accepts server-first");
-        let server_final = ex.finish(client.message())?;
+        let (server_final, _) = ex.finish(client.message())?;
         client
             .finish(server_final.as_bytes())
             .expect("client verifies the server's signature");
@@ -182,6 +183,43 @@ mod tests {
     fn exchange_with_a_real_client() {
         run("s3cret", "s3cret").unwrap();
         assert_eq!(run("s3cret", "wrong"), Err(ScramError::WrongProof));
+    }
+
+    /// The keys a client's proof gives log in, as that client, to a server holding the same
+    /// verifier (its salt and iterations), and only to one: another verifier of the same
+    /// password (another salt) is told apart before any proof is sent.
+    #[test]
+    fn recovered_keys_log_in_to_a_server_with_the_same_verifier() {
+        use crate::server::scram::KeyedClient;
+        let v = Verifier::from_password("s3cret");
+        let mut client = ScramSha256::new(b"s3cret", Cb::unsupported());
+        let (ex, sf) = Exchange::start(v.clone(), client.message()).unwrap();
+        client.update(sf.as_bytes()).unwrap();
+        let (_, keys) = ex.finish(client.message()).unwrap();
+        assert!(!format!("{keys:?}").contains(&format!("{:?}", keys.client_key)));
+        // The pooler, as a client of a server that holds `v`.
+        let (mut pooler, first) = KeyedClient::start(&keys);
+        let (server, sf) = Exchange::start(v.clone(), first.as_bytes()).unwrap();
+        let fin = pooler.update(sf.as_bytes()).unwrap();
+        let (server_final, again) = server.finish(fin.as_bytes()).unwrap();
+        assert_eq!(again, keys, "the server recovers the same ClientKey");
+        pooler.finish(server_final.as_bytes()).unwrap();
+        // A server with another verifier of the same password: refused before the proof.
+        let other = Verifier::from_password("s3cret");
+        let (mut pooler, first) = KeyedClient::start(&keys);
+        let (_, sf) = Exchange::start(other, first.as_bytes()).unwrap();
+        assert!(matches!(
+            pooler.update(sf.as_bytes()),
+            Err(crate::server::ServerError::StaleVerifier)
+        ));
+        // A server that cannot sign with the verifier's ServerKey is not trusted.
+        let (mut pooler, first) = KeyedClient::start(&keys);
+        let (server, sf) = Exchange::start(v.clone(), first.as_bytes()).unwrap();
+        pooler.update(sf.as_bytes()).unwrap();
+        drop(server);
+        assert!(pooler
+            .finish(b"v=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+            .is_err());
     }
 
     #[test]

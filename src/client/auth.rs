@@ -16,6 +16,7 @@ use crate::config::{AuthMethod, Config};
 use crate::net::ClientStream;
 use crate::protocol::backend::{self, AuthRequest};
 use crate::protocol::{frame, frontend, scram, sqlstate, Frame};
+use crate::server::{ScramKeys, ServerSecret};
 use crate::shared::Shared;
 
 /// Largest password message accepted (SCRAM messages are about 100 bytes).
@@ -23,29 +24,39 @@ const MAX_AUTH_MESSAGE: usize = scram::MAX_MESSAGE + 64;
 
 /// Authenticates `user` as `auth.method` (or the user's entry in `auth.user_methods`) says. `out` holds what must precede the first
 /// request (NegotiateProtocolVersion) and, on success, ends with what follows the exchange
-/// (SASLFinal): the caller appends AuthenticationOk and sends it.
+/// (SASLFinal): the caller appends AuthenticationOk and sends it. Returns what the login
+/// gives server logins as this user (SCRAM passthrough): the stored plaintext password, or the
+/// keys a SCRAM proof against a stored verifier gave.
 pub(super) async fn authenticate(
     stream: &mut ClientStream,
     buf: &mut BytesMut,
     shared: &Arc<Shared>,
     user: &str,
     out: &mut BytesMut,
-) -> Result<(), ClientError> {
+) -> Result<Option<ServerSecret>, ClientError> {
     let cfg = shared.config.load();
     let method = cfg.auth_method_for(user);
     if method == AuthMethod::Trust {
-        return Ok(());
+        // A plaintext password in the files serves server logins without any proof.
+        let users = shared.auth.users();
+        return Ok(users.get(user).and_then(|c| c.server_secret(None)));
     }
     let cred = credential(shared, &cfg, user).await?;
+    // What this user's server logins learnt from an older credential goes with it.
+    shared
+        .pools
+        .learned()
+        .forget_unless(user, |s| cred.as_ref().is_some_and(|c| c.agrees_with(s)));
     let mock = || shared.auth.mock_verifier(user);
     let mut ex = Exchanger { stream, buf, out };
     let md5 = cred.as_ref().and_then(|c| c.md5_hash(user));
     // The method follows the stored credential, never whether the user exists: in md5 mode an
     // unknown user is challenged as a user stored with a SCRAM verifier (PostgreSQL's default
-    // password_encryption) is, with SCRAM.
-    let passed = match (method, &cred) {
+    // password_encryption) is, with SCRAM. `proved`: `None` if the proof failed, else the
+    // SCRAM keys it gave, if any.
+    let proved = match (method, &cred) {
         (AuthMethod::Md5, Some(Credential::Md5(_) | Credential::Plain { .. })) => {
-            ex.md5(md5).await?
+            ex.md5(md5).await?.then_some(None)
         }
         (_, Some(Credential::Md5(_))) => {
             tracing::warn!(
@@ -54,25 +65,25 @@ pub(super) async fn authenticate(
                  store a SCRAM verifier or the password, or set auth.method md5"
             );
             ex.scram(mock()).await?;
-            false
+            None
         }
         (_, c) => match c.as_ref().and_then(Credential::verifier) {
-            Some(v) => ex.scram(v.clone()).await?,
+            Some(v) => ex.scram(v.clone()).await?.map(Some),
             None => {
                 ex.scram(mock()).await?;
-                false
+                None
             }
         },
     };
-    let result = if passed { "ok" } else { "failed" };
+    let result = if proved.is_some() { "ok" } else { "failed" };
     shared
         .metrics
         .clients
         .auth
         .with_label_values(&[method.as_str(), result])
         .inc();
-    if passed {
-        return Ok(());
+    if let Some(keys) = proved {
+        return Ok(cred.and_then(|c| c.server_secret(keys)));
     }
     let peer = ex.stream.peer_addr().ok();
     if let Some(suppressed) = shared.auth_failures.admit() {
@@ -189,8 +200,8 @@ impl Exchanger<'_> {
     }
 
     /// A SCRAM-SHA-256 exchange against `verifier` (for an unknown user, a mock one nobody
-    /// can pass); whether the client's proof was right.
-    async fn scram(&mut self, verifier: Verifier) -> Result<bool, ClientError> {
+    /// can pass); if the client's proof was right, the keys it gave.
+    async fn scram(&mut self, verifier: Verifier) -> Result<Option<ScramKeys>, ClientError> {
         let mechanisms = vec![scram::MECHANISM];
         let f = self.request(AuthRequest::Sasl { mechanisms }).await?;
         let (mechanism, data) = frontend::parse_sasl_initial(f.body()).map_err(protocol)?;
@@ -204,12 +215,12 @@ impl Exchanger<'_> {
         let data = server_first.as_bytes();
         let f = self.request(AuthRequest::SaslContinue { data }).await?;
         match ex.finish(f.body()) {
-            Ok(server_final) => {
+            Ok((server_final, keys)) => {
                 let data = server_final.as_bytes();
                 backend::auth_request(self.out, &AuthRequest::SaslFinal { data });
-                Ok(true)
+                Ok(Some(keys))
             }
-            Err(ScramError::WrongProof) => Ok(false),
+            Err(ScramError::WrongProof) => Ok(None),
             Err(e) => Err(scram_error(e)),
         }
     }

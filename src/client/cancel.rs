@@ -1,6 +1,8 @@
 //! Cancel keys: the pooler's own BackendKeyData per client, forwarding a CancelRequest to the
 //! server that client holds at that moment (on a new connection with that server's key,
-//! bounded by `pool.cancel_wait_timeout`), and the console's KILL of a client.
+//! bounded by `pool.cancel_wait_timeout`), and the console's KILL of a client. A key is the
+//! whole (process id, secret) pair; with a peer number in the process id (see `peers`), the
+//! process id is kept unique among live clients as far as its random bits allow.
 
 use rand::Rng;
 use std::collections::HashMap;
@@ -12,10 +14,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use prometheus::IntCounterVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, ToSocketAddrs};
 
 use crate::protocol::frontend;
 use crate::shared::Shared;
+
+/// Draws of a process id no live client has before one in use is accepted (the pair with
+/// its random secret is still unique): 16 random bits per peer can run out.
+const UNIQUE_PID_TRIES: usize = 64;
 
 /// The server a client holds: its address, cancel key, number and pool generation.
 #[derive(Debug, Clone, Copy)]
@@ -82,41 +88,48 @@ pub struct ClientRow {
     pub server: Option<(u64, u64)>,
 }
 
-/// Pid → (secret, slot) of every logged-in client.
+/// Key (pid, secret) → slot of every logged-in client.
 #[derive(Debug, Default)]
 pub struct Cancels {
-    map: Mutex<HashMap<i32, (i32, Arc<CancelSlot>)>>,
+    map: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
 }
 
 impl Cancels {
-    /// Registers a logged-in client under a fresh random key: a process id no live client has
-    /// and a random secret, so a key can be neither guessed from the client's number nor
-    /// reused. Returns the key and the client's slot.
-    pub fn register(&self, pool: Arc<str>, database: &str) -> ((i32, i32), Arc<CancelSlot>) {
+    /// Registers a logged-in client under a fresh random key: a process id carrying this
+    /// pooler's peer number (`peer`, 0 for none) and random bits, no live client's as far as
+    /// the bits allow, and a random secret, so a key can be neither guessed from the client's
+    /// number nor reused. Returns the key and the client's slot.
+    pub fn register(
+        &self,
+        pool: Arc<str>,
+        database: &str,
+        peer: u16,
+    ) -> ((i32, i32), Arc<CancelSlot>) {
         let slot = Arc::new(CancelSlot {
             pool,
             database: database.into(),
             ..CancelSlot::default()
         });
         let mut rng = rand::thread_rng();
-        let secret: i32 = rng.gen();
         let mut map = self.lock();
-        let pid = loop {
-            // Positive, as PostgreSQL's process ids are.
-            let pid = rng.gen_range(1..=i32::MAX);
-            if !map.contains_key(&pid) {
-                break pid;
+        let mut tries = 0;
+        let key = loop {
+            let key = (super::peers::issue_pid(peer, &mut rng), rng.gen());
+            tries += 1;
+            let pid_taken = tries <= UNIQUE_PID_TRIES && map.keys().any(|k| k.0 == key.0);
+            if !pid_taken && !map.contains_key(&key) {
+                break key;
             }
         };
-        map.insert(pid, (secret, slot.clone()));
-        ((pid, secret), slot)
+        map.insert(key, slot.clone());
+        (key, slot)
     }
 
-    pub fn unregister(&self, pid: i32) {
-        self.lock().remove(&pid);
+    pub fn unregister(&self, key: (i32, i32)) {
+        self.lock().remove(&key);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, (i32, Arc<CancelSlot>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<CancelSlot>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -125,8 +138,8 @@ impl Cancels {
         let mut rows: Vec<ClientRow> = self
             .lock()
             .iter()
-            .map(|(pid, (_, slot))| ClientRow {
-                pid: *pid,
+            .map(|(&(pid, _), slot)| ClientRow {
+                pid,
                 pool: slot.pool.to_string(),
                 server: slot.held().map(|h| (h.id, h.generation)),
             })
@@ -136,39 +149,35 @@ impl Cancels {
     }
 
     /// Marks clients killed: the one with process id `pid`, or every client of database
-    /// `db` (of every database when both are `None`). Returns the process ids marked; the
-    /// caller wakes the sessions (`Lifecycle::kick`).
-    pub fn kill(&self, pid: Option<i32>, db: Option<&str>) -> Vec<i32> {
+    /// `db` (of every database when both are `None`). Returns the keys marked; the caller
+    /// wakes the sessions (`Lifecycle::kick`).
+    pub fn kill(&self, pid: Option<i32>, db: Option<&str>) -> Vec<(i32, i32)> {
         let map = self.lock();
         let mut marked = Vec::new();
-        for (p, (_, slot)) in map.iter() {
+        for (key, slot) in map.iter() {
             let hit = match (pid, db) {
-                (Some(want), _) => *p == want,
+                (Some(want), _) => key.0 == want,
                 (None, Some(d)) => &*slot.database == d,
                 (None, None) => true,
             };
             if hit {
                 slot.killed.store(true, Ordering::Release);
-                marked.push(*p);
+                marked.push(*key);
             }
         }
         marked
     }
 
-    /// How many of `pids` are still logged in.
-    pub fn still_registered(&self, pids: &[i32]) -> usize {
+    /// How many of `keys` are still logged in.
+    pub fn still_registered(&self, keys: &[(i32, i32)]) -> usize {
         let map = self.lock();
-        pids.iter().filter(|p| map.contains_key(p)).count()
+        keys.iter().filter(|k| map.contains_key(k)).count()
     }
 
     /// Cancels whatever every client is running now (the drain deadline), in the background;
     /// returns how many.
     pub fn cancel_all(&self, shared: &Shared) -> usize {
-        let targets: Vec<Held> = self
-            .lock()
-            .values()
-            .filter_map(|(_, slot)| slot.held())
-            .collect();
+        let targets: Vec<Held> = self.lock().values().filter_map(|s| s.held()).collect();
         let sender = CancelSender::new(shared);
         for h in &targets {
             tokio::spawn(sender.clone().send(h.addr, h.key));
@@ -176,28 +185,25 @@ impl Cancels {
         targets.len()
     }
 
-    /// Forwards a cancel if the key matches a client that holds a server; otherwise drops it,
-    /// as PostgreSQL does (a cancel never gets an answer). Returns once the server has closed
-    /// the cancel connection, or `pool.cancel_wait_timeout` has passed.
-    pub async fn forward(&self, pid: i32, secret: i32, shared: &Shared) {
-        let target = {
-            let map = self.lock();
-            match map.get(&pid) {
-                Some((s, slot)) if *s == secret => slot.held(),
-                _ => None,
-            }
+    /// Forwards a cancel to the server of this pooler's client with that key, if it holds one
+    /// (one that holds none has nothing to cancel); returns whether the key is one of this
+    /// pooler's. Nobody is answered either way, as PostgreSQL answers no cancel; it returns
+    /// once the server has closed the cancel connection or `pool.cancel_wait_timeout` passed.
+    pub async fn forward(&self, pid: i32, secret: i32, shared: &Shared) -> bool {
+        let target = self.lock().get(&(pid, secret)).map(|slot| slot.held());
+        let Some(held) = target else {
+            return false;
         };
-        let sender = CancelSender::new(shared);
-        let Some(h) = target else {
-            tracing::debug!("cancel request for an unknown or idle client dropped");
-            sender.counts.with_label_values(&["unknown"]).inc();
-            return;
-        };
-        sender.send(h.addr, h.key).await;
+        match held {
+            Some(h) => CancelSender::new(shared).send(h.addr, h.key).await,
+            None => tracing::debug!("cancel request for an idle client dropped"),
+        }
+        true
     }
 }
 
-/// Sends CancelRequests, bounded by `pool.cancel_wait_timeout` and counted by result.
+/// Sends CancelRequests to servers, bounded by `pool.cancel_wait_timeout` and counted by
+/// result in `droidpool_server_cancels_total`.
 #[derive(Clone)]
 struct CancelSender {
     /// Zero: no limit.
@@ -209,7 +215,7 @@ impl CancelSender {
     fn new(shared: &Shared) -> Self {
         CancelSender {
             wait: shared.config.load().pool.cancel_wait_timeout,
-            counts: shared.metrics.clients.cancels.clone(),
+            counts: shared.metrics.clients.server_cancels.clone(),
         }
     }
 
@@ -233,19 +239,47 @@ impl CancelSender {
             tokio::time::timeout(self.wait, send).await.ok()
         };
         let result = match res {
-            Some(Ok(())) => "forwarded",
+            Some(Ok(())) => "done",
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "forwarding a cancel request failed");
+                tracing::warn!(error = %e, "sending a cancel request to the server failed");
                 "failed"
             }
             None => {
                 tracing::warn!(
                     wait = ?self.wait,
-                    "a forwarded cancel request was not confirmed in time (pool.cancel_wait_timeout); given up"
+                    "a cancel request was not confirmed by the server in time (pool.cancel_wait_timeout); given up"
                 );
                 "timeout"
             }
         };
         self.counts.with_label_values(&[result]).inc();
+    }
+}
+
+/// Sends a CancelRequest for process `spid` to `addr` (a peer pooler), on a connection of its
+/// own, within `timeout`; whether it was sent.
+pub(super) async fn send_cancel(
+    addr: impl ToSocketAddrs,
+    spid: i32,
+    ssecret: i32,
+    timeout: Duration,
+) -> bool {
+    let mut buf = BytesMut::new();
+    frontend::cancel_request(&mut buf, spid, ssecret);
+    let send = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(&buf).await?;
+        s.shutdown().await
+    };
+    match tokio::time::timeout(timeout, send).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "forwarding a cancel request to a peer failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("forwarding a cancel request to a peer timed out");
+            false
+        }
     }
 }

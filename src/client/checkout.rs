@@ -10,7 +10,7 @@ use super::io::read_some;
 use super::pass::Pass;
 use super::session::Session;
 use crate::config::PoolMode;
-use crate::pool::CloseReason;
+use crate::pool::{CloseReason, PoolSettings};
 use crate::protocol::backend;
 use crate::server::Server;
 
@@ -151,10 +151,10 @@ impl Session<'_> {
         // A reloaded mode applies from this transaction on; tracking switches only while the
         // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();
-        self.mode = cfg.pool.mode;
+        self.mode = PoolSettings::mode_for(&cfg, self.pool.user());
         super::timeouts::configure(&mut self.timeouts, &cfg.pool);
         if self.statements.is_empty() {
-            self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
+            self.tracking = cfg.pool.track_prepared && self.mode != PoolMode::Session;
         }
         self.max_prepared = cfg.pool.max_prepared_statements;
         self.max_client_prepared = cfg.pool.max_client_prepared_statements;

@@ -82,9 +82,9 @@ pub(super) async fn kill_client(shared: &Shared, id: i32) -> bool {
 }
 
 /// Wakes the killed sessions wherever they wait and waits for them to end.
-async fn end(shared: &Shared, pids: &[i32]) {
+async fn end(shared: &Shared, keys: &[(i32, i32)]) {
     shared.lifecycle.kick();
-    settle(|| shared.cancels.still_registered(pids) == 0).await;
+    settle(|| shared.cancels.still_registered(keys) == 0).await;
 }
 
 /// `RECONNECT [db]`: every server of `db` (of every database) is closed when next released

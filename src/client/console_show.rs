@@ -44,6 +44,12 @@ const POOLS: &[&str] = &[
     "maxwait",
     "pool_mode",
     "pool_size",
+    "reserve_pool",
+    "sv_reserve",
+    "max_db_connections",
+    "db_connections",
+    "max_user_connections",
+    "user_connections",
 ];
 const STATS: &[&str] = &[
     "database",
@@ -79,7 +85,17 @@ pub const DATABASES: &[&str] = &[
     "paused",
     "disabled",
 ];
-pub const USERS: &[&str] = &["name", "pool_mode"];
+/// PgBouncer 1.18's two columns first, then its later ones (1.24's names).
+pub const USERS: &[&str] = &[
+    "name",
+    "pool_mode",
+    "pool_size",
+    "reserve_pool_size",
+    "max_user_connections",
+    "current_connections",
+    "max_user_client_connections",
+    "current_client_connections",
+];
 pub const LISTS: &[&str] = &["list", "items"];
 pub const STATE: &[&str] = &["key", "value"];
 pub const TOTALS: &[&str] = &["name", "value"];
@@ -100,14 +116,15 @@ fn flag(b: bool) -> String {
 /// is served by the configured server).
 pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
     let cfg = shared.config.load();
-    let mut by_db: BTreeMap<String, (i64, &'static str)> = BTreeMap::new();
+    let mut by_db: BTreeMap<String, (i64, &'static str, i64)> = BTreeMap::new();
     for s in snapshots(shared) {
-        let e = by_db.entry(s.database.clone()).or_insert((0, s.mode));
+        let max = s.limits.max_db_connections;
+        let e = by_db.entry(s.database.clone()).or_insert((0, s.mode, max));
         e.0 += servers_open(&s);
     }
     by_db
         .into_iter()
-        .map(|(name, (open, mode))| {
+        .map(|(name, (open, mode, max))| {
             vec![
                 name.clone(),
                 cfg.server.host.clone(),
@@ -116,9 +133,9 @@ pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
                 cfg.server.user.clone().unwrap_or_default(),
                 cfg.pool.size.to_string(),
                 cfg.pool.min_size.to_string(),
-                "0".into(),
+                cfg.pool.reserve_size.to_string(),
                 mode.into(),
-                "0".into(),
+                max.to_string(),
                 open.to_string(),
                 flag(shared.lifecycle.is_paused_for(&name)),
                 flag(shared.lifecycle.is_disabled(&name)),
@@ -129,13 +146,26 @@ pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
 
 /// One row per user clients have logged in as.
 pub fn users(shared: &Shared) -> Vec<Vec<String>> {
-    let mut users: BTreeMap<String, &'static str> = BTreeMap::new();
+    let cfg = shared.config.load();
+    let mut users: BTreeMap<String, PoolSnapshot> = BTreeMap::new();
     for s in snapshots(shared) {
-        users.entry(s.user.clone()).or_insert(s.mode);
+        users.entry(s.user.clone()).or_insert(s);
     }
     users
         .into_iter()
-        .map(|(u, mode)| vec![u, mode.into()])
+        .map(|(u, s)| {
+            let size = cfg.users.get(&u).and_then(|c| c.pool_size);
+            vec![
+                u,
+                s.mode.into(),
+                size.unwrap_or(cfg.pool.size).to_string(),
+                cfg.pool.reserve_size.to_string(),
+                s.limits.max_user_connections.to_string(),
+                s.limits.user_connections.to_string(),
+                cfg.client.max_user_connections.to_string(),
+                s.limits.user_clients.to_string(),
+            ]
+        })
         .collect()
 }
 
@@ -231,6 +261,12 @@ fn pools(shared: &Shared) -> Vec<Vec<String>> {
                 format!("{}", s.max_wait_seconds as u64),
                 s.mode.into(),
                 s.pool_size.to_string(),
+                s.reserve_size.to_string(),
+                s.servers_reserve.to_string(),
+                s.limits.max_db_connections.to_string(),
+                s.limits.db_connections.to_string(),
+                s.limits.max_user_connections.to_string(),
+                s.limits.user_connections.to_string(),
             ]
         })
         .collect()

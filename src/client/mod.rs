@@ -15,6 +15,7 @@ mod finish;
 mod flush;
 mod io;
 mod pass;
+pub mod peers;
 mod replies;
 mod requests;
 mod retry;
@@ -168,11 +169,11 @@ fn session<'a>(
     shared: &Arc<Shared>,
     login: startup::Login,
 ) -> impl std::future::Future<Output = Result<(), ClientError>> + 'a {
-    let pid = login.pid;
+    let key = login.key;
     let mut session = session::Session::new(stream, shared.clone(), login);
     async move {
         let res = session.run().await;
-        session.shared.cancels.unregister(pid);
+        session.shared.cancels.unregister(key);
         res
     }
 }

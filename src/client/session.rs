@@ -118,6 +118,7 @@ pub struct Session<'a> {
 impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let cfg = shared.config.load();
+        let mode = crate::pool::PoolSettings::mode_for(&cfg, login.pool.user());
         Session {
             id: login.id,
             client,
@@ -133,8 +134,8 @@ impl<'a> Session<'a> {
             sout: BytesMut::new(),
             server: None,
             statements: ClientStatements::default(),
-            mode: cfg.pool.mode,
-            tracking: cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session,
+            mode,
+            tracking: cfg.pool.track_prepared && mode != PoolMode::Session,
             max_prepared: cfg.pool.max_prepared_statements,
             skipping: false,
             status: backend::TX_IDLE,
@@ -148,7 +149,7 @@ impl<'a> Session<'a> {
             release_due: false,
             batch_clean: true,
             refused_bytes: 0,
-            _member: login.pool.attach(),
+            _member: login.member,
             held_since: None,
             request_since: None,
             ready_at: None,

@@ -22,8 +22,11 @@ use crate::shared::Shared;
 /// A logged-in client, ready for its session.
 pub struct Login {
     pub id: u64,
-    pub pid: i32,
+    /// The client's cancel key (BackendKeyData).
+    pub key: (i32, i32),
     pub pool: Pool,
+    /// The session's membership of its pool (and its user's client count).
+    pub member: crate::pool::PoolClient,
     pub params: ClientParams,
     pub cancel: Arc<CancelSlot>,
     /// Bytes the client sent after its startup packet.
@@ -62,7 +65,7 @@ pub async fn login(
             }),
         };
     if let Some((pid, secret)) = cancel {
-        shared.cancels.forward(pid, secret, shared).await;
+        super::peers::cancel(shared, pid, secret).await;
     }
     res
 }
@@ -145,7 +148,7 @@ async fn login_inner(
             .unwrap_or(user)
             .to_owned(),
     };
-    super::auth::authenticate(stream, &mut buf, shared, user, &mut out).await?;
+    let learned = super::auth::authenticate(stream, &mut buf, shared, user, &mut out).await?;
     if super::console::is_console_database(&key.database) {
         let allowed = shared
             .config
@@ -192,7 +195,23 @@ async fn login_inner(
     }
     // Trust: the only method until client authentication lands; validated to loopback.
     backend::auth_ok(&mut out);
+    if let Some(secret) = learned {
+        shared.pools.learn(&full, user, secret);
+    }
     let pool = shared.pools.get(&key);
+    let Some(member) = pool.try_attach(full.client.max_user_connections) else {
+        shared
+            .metrics
+            .clients
+            .shed
+            .with_label_values(&["too_many_user_clients"])
+            .inc();
+        // PostgreSQL's answer when a role's CONNECTION LIMIT is reached.
+        return Err(ClientError::Fatal {
+            code: sqlstate::TOO_MANY_CONNECTIONS,
+            message: format!("too many connections for role \"{user}\""),
+        });
+    };
     let server_params = pool.startup_params().await?;
     let requested = requested_params(&startup);
     let mut params = ClientParams::new(server_params.clone());
@@ -203,17 +222,21 @@ async fn login_inner(
     for (k, v) in server_params.iter() {
         backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
     }
-    let ((pid, secret), cancel) = shared.cancels.register(pool.shared_name(), &key.database);
-    backend::backend_key_data(&mut out, pid, secret);
+    let peer = super::peers::own_peer_id(&full, shared.hostname.as_deref());
+    let (cancel_key, cancel) = shared
+        .cancels
+        .register(pool.shared_name(), &key.database, peer);
+    backend::backend_key_data(&mut out, cancel_key.0, cancel_key.1);
     backend::ready_for_query(&mut out, backend::TX_IDLE);
     if let Err(e) = stream.send(&out).await {
-        shared.cancels.unregister(pid);
+        shared.cancels.unregister(cancel_key);
         return Err(e.into());
     }
     Ok(Outcome::Session(Login {
         id: client_id,
-        pid,
+        key: cancel_key,
         pool,
+        member,
         params,
         cancel,
         leftover: buf,

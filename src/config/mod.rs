@@ -4,11 +4,13 @@
 mod auth;
 mod cli;
 mod secret;
+mod shared_pooler;
 mod tls;
 
 pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_DATABASE, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
 pub use secret::Secret;
+pub use shared_pooler::{PeerConfig, UserConfig, MAX_PEER_ID};
 pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
 
 use std::net::IpAddr;
@@ -83,6 +85,15 @@ pub struct Config {
     pub retry_budget: crate::resilience::BudgetConfig,
     /// The circuit breaker around the backend.
     pub breaker: crate::resilience::BreakerConfig,
+    /// Settings of named users that override the `pool` and `client` ones (PgBouncer's
+    /// `[users]`): user name → overrides.
+    pub users: std::collections::BTreeMap<String, UserConfig>,
+    /// This pooler's number among `peers` (1 to 16383; 0: not a peer). Unset, a pooler whose
+    /// host name is a `peers` entry's `name` takes that entry's id.
+    pub peer_id: u16,
+    /// Every pooler that shares cancel keys with this one (this one included): a cancel
+    /// request for a key another peer issued is forwarded there.
+    pub peers: Vec<PeerConfig>,
     /// Not a setting: FNV-1a 64 (hex) of the config file as it was read, reported in
     /// `/status` and `droidpool_config_info` so the operator can tell which file a pooler
     /// has loaded (its `status.configHash` is the same hash of what it wrote).
@@ -231,6 +242,17 @@ pub struct PoolConfig {
     /// cancel connection (PgBouncer's `cancel_wait_timeout`; 0 = no limit).
     #[serde(with = "humantime_serde")]
     pub cancel_wait_timeout: Duration,
+    /// Server connections across all pools of one database (0 = no limit). A pool at the
+    /// limit waits as a full pool does (bounded by `query_wait_timeout`).
+    pub max_db_connections: usize,
+    /// Server connections across all pools of one user (0 = no limit).
+    pub max_user_connections: usize,
+    /// Extra server connections a pool may open once a client has waited `reserve_timeout`
+    /// (PgBouncer's `reserve_pool_size`); they close when released with nobody waiting.
+    pub reserve_size: usize,
+    /// How long a client waits before the reserve opens (`reserve_pool_timeout`).
+    #[serde(with = "humantime_serde")]
+    pub reserve_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -238,6 +260,9 @@ pub struct PoolConfig {
 pub struct ClientConfig {
     /// Client connections accepted at once; beyond it: 53300 and close.
     pub max_connections: usize,
+    /// Client connections per user (0 = no limit); beyond it 53300 "too many connections for
+    /// role", as PostgreSQL answers.
+    pub max_user_connections: usize,
     /// Connections accepted and not yet authenticated, in all. Beyond it the oldest pending
     /// login is closed with 53300, so sockets that never log in cannot lock real clients out.
     pub max_pending_logins: usize,
@@ -412,6 +437,10 @@ impl Default for PoolConfig {
             max_client_prepared_statements: 1000,
             max_connecting: 2,
             cancel_wait_timeout: Duration::from_secs(10),
+            max_db_connections: 0,
+            max_user_connections: 0,
+            reserve_size: 0,
+            reserve_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -420,6 +449,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             max_connections: 10_000,
+            max_user_connections: 0,
             max_pending_logins: 1024,
             max_pending_logins_per_ip: 512,
             login_timeout: Duration::from_secs(15),
@@ -566,6 +596,8 @@ impl Config {
         if p.max_connecting == 0 {
             return bad("pool.max_connecting must be at least 1".into());
         }
+        self.validate_limits()?;
+        self.validate_peers()?;
         if self.drain.accept_window >= self.drain.timeout {
             return bad(format!(
                 "drain.accept_window ({:?}) must be shorter than drain.timeout ({:?})",

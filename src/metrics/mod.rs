@@ -4,7 +4,7 @@
 
 mod snapshot;
 
-pub use snapshot::{PoolSnapshot, SnapshotCollector, SnapshotSource};
+pub use snapshot::{LimitCounts, PoolSnapshot, SnapshotCollector, SnapshotSource};
 
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -30,14 +30,16 @@ pub struct ClientMetrics {
     /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
     /// transaction: client and server closed).
     pub timeouts: IntCounterVec,
-    /// CancelRequests by what became of them (forwarded: the server closed the cancel
-    /// connection, it acted; timeout: `pool.cancel_wait_timeout` passed first; failed: the
-    /// server could not be reached; unknown: no client holding a server has that key).
-    pub cancels: IntCounterVec,
+    /// CancelRequests the pooler sent to servers (for clients, its timeouts, KILL, the drain)
+    /// by what became of them (done: the server closed the cancel connection, it acted;
+    /// timeout: `pool.cancel_wait_timeout` passed first; failed: it could not be reached).
+    pub server_cancels: IntCounterVec,
     /// Client authentications by method and result (ok, failed).
     pub auth: IntCounterVec,
     /// auth_query lookups by result (cached, found, missing, error).
     pub auth_lookups: IntCounterVec,
+    /// CancelRequests received, by result (local, forwarded, forward_failed, unknown).
+    pub cancels: IntCounterVec,
     pub transactions: IntCounter,
     pub queries: IntCounter,
     pub bytes_in: IntCounter,
@@ -162,10 +164,10 @@ impl Metrics {
                 "Queries cancelled and transactions ended by the pooler's timeouts, by timeout.",
                 &["timeout"],
             ),
-            cancels: counter_vec(
+            server_cancels: counter_vec(
                 &r,
-                "droidpool_cancel_requests_total",
-                "CancelRequests (from clients and the pooler's own), by result.",
+                "droidpool_server_cancels_total",
+                "CancelRequests sent to servers (for clients, timeouts, KILL, the drain), by result.",
                 &["result"],
             ),
             auth: counter_vec(
@@ -178,6 +180,13 @@ impl Metrics {
                 &r,
                 "droidpool_auth_query_lookups_total",
                 "auth_query lookups of users missing from the files, by result.",
+                &["result"],
+            ),
+            cancels: counter_vec(
+                &r,
+                "droidpool_cancel_requests_total",
+                "CancelRequests received: for a client here (local), sent on to the peer that \
+                 issued the key (forwarded, forward_failed), or for no known key (unknown).",
                 &["result"],
             ),
             transactions: counter(

@@ -24,7 +24,38 @@ pub struct PoolSnapshot {
     /// Clients allowed to wait for a server (`pool.max_waiting_clients`).
     pub max_waiting: i64,
     pub max_wait_seconds: f64,
+    /// `pool.reserve_size` in force for this pool, and its servers open from the reserve.
+    pub reserve_size: i64,
+    pub servers_reserve: i64,
+    #[serde(flatten)]
+    pub limits: LimitCounts,
 }
+
+/// The limits a pool shares with the other pools of its database and of its user.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LimitCounts {
+    /// Server connections of every pool of the database, and their limit (0: none).
+    pub db_connections: i64,
+    pub max_db_connections: i64,
+    /// Server connections of every pool of the user, and their limit (0: none).
+    pub user_connections: i64,
+    pub max_user_connections: i64,
+    /// Client sessions of the user (`client.max_user_connections` bounds them).
+    pub user_clients: i64,
+}
+
+/// Which labels a gauge family has.
+#[derive(Clone, Copy)]
+enum By {
+    Pool,
+    Database,
+    User,
+    /// pgbouncer_exporter's (database, user).
+    Compat,
+}
+
+/// A gauge family and how one snapshot sets it.
+type Family = (IntGaugeVec, By, fn(&PoolSnapshot) -> i64);
 
 /// Whatever can list the pools (the pool registry).
 pub trait SnapshotSource: Send + Sync {
@@ -42,7 +73,7 @@ impl<S: SnapshotSource> SnapshotCollector<S> {
     pub fn new(source: std::sync::Weak<S>, pgbouncer_names: bool) -> Self {
         let descs = Self::families(pgbouncer_names)
             .iter()
-            .flat_map(|(g, _)| g.desc().into_iter().cloned())
+            .flat_map(|(g, _, _)| g.desc().into_iter().cloned())
             .collect();
         SnapshotCollector {
             source,
@@ -51,88 +82,137 @@ impl<S: SnapshotSource> SnapshotCollector<S> {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn families(pgb: bool) -> Vec<(IntGaugeVec, fn(&PoolSnapshot) -> i64)> {
-        let ours = |name: &str, help: &str| {
-            IntGaugeVec::new(
-                Opts::new(name, help),
-                &["pool", "database", "user", "state"],
-            )
-            .expect("valid metric")
+    fn families(pgb: bool) -> Vec<Family> {
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
         };
-        let mut v: Vec<(IntGaugeVec, fn(&PoolSnapshot) -> i64)> = vec![
-            (ours("droidpool_clients", "Clients by state."), |_| 0),
+        let state = ["pool", "database", "user", "state"];
+        let pool = ["pool", "database", "user"];
+        let mut v: Vec<Family> = vec![
             (
-                ours("droidpool_servers", "Server connections by state."),
+                gauge("droidpool_clients", "Clients by state.", &state),
+                By::Pool,
                 |_| 0,
             ),
             (
-                IntGaugeVec::new(
-                    Opts::new(
-                        "droidpool_pool_size",
-                        "Configured server connections per pool.",
-                    ),
-                    &["pool", "database", "user"],
-                )
-                .expect("valid metric"),
+                gauge("droidpool_servers", "Server connections by state.", &state),
+                By::Pool,
+                |_| 0,
+            ),
+            (
+                gauge(
+                    "droidpool_pool_size",
+                    "Configured server connections per pool.",
+                    &pool,
+                ),
+                By::Pool,
                 |s| s.pool_size,
             ),
             (
-                IntGaugeVec::new(
-                    Opts::new(
-                        "droidpool_pool_max_waiting_clients",
-                        "Clients allowed to wait for a server per pool; beyond it they get 53300.",
-                    ),
-                    &["pool", "database", "user"],
-                )
-                .expect("valid metric"),
+                gauge(
+                    "droidpool_pool_max_waiting_clients",
+                    "Clients allowed to wait for a server per pool; beyond it they get 53300.",
+                    &pool,
+                ),
+                By::Pool,
                 |s| s.max_waiting,
+            ),
+            (
+                gauge(
+                    "droidpool_pool_reserve_size",
+                    "Extra servers a pool may open once a client waited pool.reserve_timeout.",
+                    &pool,
+                ),
+                By::Pool,
+                |s| s.reserve_size,
+            ),
+            (
+                gauge(
+                    "droidpool_pool_reserve_servers",
+                    "Server connections open from the pool's reserve.",
+                    &pool,
+                ),
+                By::Pool,
+                |s| s.servers_reserve,
+            ),
+            (
+                gauge(
+                    "droidpool_database_server_connections",
+                    "Server connections of every pool of the database.",
+                    &["database"],
+                ),
+                By::Database,
+                |s| s.limits.db_connections,
+            ),
+            (
+                gauge(
+                    "droidpool_database_max_connections",
+                    "pool.max_db_connections in force (0: no limit).",
+                    &["database"],
+                ),
+                By::Database,
+                |s| s.limits.max_db_connections,
+            ),
+            (
+                gauge(
+                    "droidpool_user_server_connections",
+                    "Server connections of every pool of the user.",
+                    &["user"],
+                ),
+                By::User,
+                |s| s.limits.user_connections,
+            ),
+            (
+                gauge(
+                    "droidpool_user_max_connections",
+                    "pool.max_user_connections (or the user's own) in force (0: no limit).",
+                    &["user"],
+                ),
+                By::User,
+                |s| s.limits.max_user_connections,
+            ),
+            (
+                gauge(
+                    "droidpool_user_clients",
+                    "Client connections of the user (client.max_user_connections bounds them).",
+                    &["user"],
+                ),
+                By::User,
+                |s| s.limits.user_clients,
             ),
         ];
         if pgb {
-            let compat = |name: &str, help: &str| {
-                IntGaugeVec::new(Opts::new(name, help), &["database", "user"]).expect("valid")
+            let compat = |name: &str, help: &str, f: fn(&PoolSnapshot) -> i64| -> Family {
+                (gauge(name, help, &["database", "user"]), By::Compat, f)
             };
-            v.push((
-                compat(
-                    "pgbouncer_pools_client_active_connections",
-                    "Client connections linked to a server connection.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_client_active_connections",
+                "Client connections linked to a server connection.",
                 |s| s.clients_active,
             ));
-            v.push((
-                compat(
-                    "pgbouncer_pools_client_waiting_connections",
-                    "Client connections waiting for a server connection.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_client_waiting_connections",
+                "Client connections waiting for a server connection.",
                 |s| s.clients_waiting,
             ));
-            v.push((
-                compat(
-                    "pgbouncer_pools_server_active_connections",
-                    "Server connections linked to a client.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_server_active_connections",
+                "Server connections linked to a client.",
                 |s| s.servers_active,
             ));
-            v.push((
-                compat(
-                    "pgbouncer_pools_server_idle_connections",
-                    "Server connections idle and ready for a client.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_server_idle_connections",
+                "Server connections idle and ready for a client.",
                 |s| s.servers_idle,
             ));
-            v.push((
-                compat(
-                    "pgbouncer_pools_server_login_connections",
-                    "Server connections logging in.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_server_login_connections",
+                "Server connections logging in.",
                 |s| s.servers_login,
             ));
-            v.push((
-                compat(
-                    "pgbouncer_pools_server_used_connections",
-                    "Server connections released and being reset before reuse.",
-                ),
+            v.push(compat(
+                "pgbouncer_pools_server_used_connections",
+                "Server connections released and being reset before reuse.",
                 |s| s.servers_used,
             ));
         }
@@ -173,12 +253,16 @@ impl<S: SnapshotSource> Collector for SnapshotCollector<S> {
                     .with_label_values(&[base[0], base[1], base[2], state])
                     .set(v);
             }
-            fams[2].0.with_label_values(&base).set(s.pool_size);
-            fams[3].0.with_label_values(&base).set(s.max_waiting);
-            for (g, f) in &fams[4..] {
-                g.with_label_values(&[base[1], base[2]]).set(f(s));
+            for (g, by, f) in &fams[2..] {
+                let labels: &[&str] = match by {
+                    By::Pool => &base,
+                    By::Database => &base[1..2],
+                    By::User => &base[2..],
+                    By::Compat => &base[1..],
+                };
+                g.with_label_values(labels).set(f(s));
             }
         }
-        fams.iter().flat_map(|(g, _)| g.collect()).collect()
+        fams.iter().flat_map(|(g, _, _)| g.collect()).collect()
     }
 }

@@ -77,6 +77,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
         .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE));
     let store = controller.store();
     let mapper_store = store.clone();
+    let peer_store = store.clone();
     let work = controller
         .owns(api::<ConfigMap>(&client, namespace), owned.clone())
         .owns(api::<Deployment>(&client, namespace), owned)
@@ -85,6 +86,13 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
             api::<PartialObjectMeta<Pod>>(&client, namespace),
             watcher::Config::default().labels(POD_LABEL),
             move |pod| sidecar_owners(&mapper_store.state(), &pod),
+        )
+        // The operator's own pooler pods: one getting (or losing) an address changes the
+        // peer list of a PoolConfig with cancel forwarding.
+        .watches(
+            api::<PartialObjectMeta<Pod>>(&client, namespace),
+            watcher::Config::default().labels(OWNED_SELECTOR),
+            move |pod| peer_owners(&peer_store.state(), &pod),
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx.clone())
@@ -136,6 +144,20 @@ pub fn sidecar_owners(
             }),
             Target::Deployment(_) => false,
         })
+        .map(|pc| ObjectRef::from_obj(pc.as_ref()))
+        .collect()
+}
+
+/// The PoolConfig whose deployed pooler `pod` is, if it lists its pods as peers.
+pub fn peer_owners(
+    pcs: &[Arc<PoolConfig>],
+    pod: &PartialObjectMeta<Pod>,
+) -> Vec<ObjectRef<PoolConfig>> {
+    let instance = pod.labels().get("app.kubernetes.io/instance");
+    pcs.iter()
+        .filter(|pc| pc.namespace() == pod.namespace())
+        .filter(|pc| instance == Some(&pc.name_any()))
+        .filter(|pc| super::render::wants_peers(&pc.spec))
         .map(|pc| ObjectRef::from_obj(pc.as_ref()))
         .collect()
 }

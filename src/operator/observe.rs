@@ -92,6 +92,28 @@ async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<Pooler
     })
 }
 
+/// The pods that can take forwarded cancel requests: those with an address.
+pub fn peer_pods(pods: &[Pod]) -> Vec<render::PeerPod> {
+    pods.iter()
+        .filter_map(|p| {
+            Some(render::PeerPod {
+                name: p.metadata.name.clone()?,
+                ip: p
+                    .status
+                    .as_ref()?
+                    .pod_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())?,
+                created: p
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.0.as_second()),
+            })
+        })
+        .collect()
+}
+
 /// A pod that holds (or will hold) server connections: any that has not finished, one
 /// being deleted included (its pooler drains, holding connections until it exits).
 fn counts(pod: &Pod) -> bool {
@@ -130,6 +152,18 @@ pub async fn missing_secret(
         .and_then(|a| a.passwords_secret.clone())
     {
         wanted.push((name, None, "spec.clientAuth.passwordsSecret"));
+    }
+    if let Some(r) = pc
+        .spec
+        .client_auth
+        .as_ref()
+        .and_then(|a| a.users_secret.as_ref())
+    {
+        wanted.push((
+            r.name.clone(),
+            Some(r.key.clone()),
+            "spec.clientAuth.usersSecret",
+        ));
     }
     for (name, key, field) in wanted {
         let Some(secret) = api.get_opt(&name).await? else {

@@ -172,7 +172,8 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         not_rendered(pc, ctx, "SecretNotFound", missing.message).await?;
         return Ok(Action::requeue(SECRET_RETRY));
     }
-    let rendered = match render::render(&pc.spec, poolers.count) {
+    let peers = observe::peer_pods(&poolers.pods);
+    let rendered = match render::render_with_peers(&pc.spec, poolers.count, &peers) {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
     };

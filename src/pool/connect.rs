@@ -8,11 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use super::{Pool, PoolError, PoolState};
 use crate::resilience::{Admission, Backoff, BreakerState, CircuitBreaker, RetryBudget};
-use crate::server::{self, Generation, ServerConn, ServerError};
+use crate::server::{self, Generation, ServerConn, ServerError, Slots};
 
 /// The backend's shared failure handling: one breaker and one retry budget for all pools.
 pub struct Backend {
@@ -52,12 +50,14 @@ enum Failure {
 }
 
 impl Pool {
-    /// Starts logins while live waiters outnumber logins in flight, within `max_connecting`
-    /// and the pool's capacity.
+    /// Starts logins while live waiters outnumber logins in flight, within `max_connecting`,
+    /// the pool's capacity (and reserve) and the shared limits.
     pub(super) fn spawn_connects(&self, st: &mut PoolState) {
         let max = self.inner.backend.max_connecting.max(1);
-        // Checked first: a full pool with a long queue must not scan the queue per arrival.
-        if st.connecting >= max || self.inner.capacity.available_permits() == 0 {
+        // Checked first: a full pool with a long queue must not scan the queue per arrival
+        // (the reserve, when there is one, looks at its first live waiter only).
+        if st.connecting >= max || (self.inner.capacity.available() == 0 && !self.reserve_open(st))
+        {
             return;
         }
         let limit = st
@@ -67,7 +67,7 @@ impl Pool {
             .take(max)
             .count();
         while st.connecting < limit {
-            let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
+            let Some(slots) = self.take_slots(st) else {
                 return;
             };
             st.connecting += 1;
@@ -76,7 +76,7 @@ impl Pool {
             let generation = st.generation.clone();
             tokio::spawn(async move {
                 let res = pool.connect(false).await;
-                pool.login_done(res, permit, generation);
+                pool.login_done(res, slots, generation);
             });
         }
     }
@@ -92,7 +92,11 @@ impl Pool {
         if st.connecting >= self.inner.backend.max_connecting.max(1) {
             return false;
         }
-        let Ok(permit) = self.inner.capacity.clone().try_acquire_owned() else {
+        // The warm minimum never takes the reserve: it is for clients that waited.
+        if self.inner.capacity.available() == 0 {
+            return false;
+        }
+        let Some(slots) = self.take_slots(st) else {
             return false;
         };
         st.connecting += 1;
@@ -100,7 +104,7 @@ impl Pool {
         let generation = st.generation.clone();
         tokio::spawn(async move {
             let res = pool.connect(true).await;
-            pool.login_done(res, permit, generation);
+            pool.login_done(res, slots, generation);
         });
         true
     }
@@ -211,12 +215,7 @@ impl Pool {
         }
     }
 
-    fn login_done(
-        &self,
-        res: Result<ServerConn, Failure>,
-        permit: OwnedSemaphorePermit,
-        generation: Generation,
-    ) {
+    fn login_done(&self, res: Result<ServerConn, Failure>, slots: Slots, generation: Generation) {
         self.lock().connecting -= 1;
         let count = |result: &str| {
             self.inner
@@ -231,7 +230,7 @@ impl Pool {
                 count("success");
                 self.inner.login_ok.store(true, Ordering::Relaxed);
                 conn.id = self.inner.counters.next_server_id();
-                conn.permit = Some(permit);
+                conn.slots = slots;
                 conn.generation = generation;
                 conn.expires = self.expiry();
                 self.inner.events.server_connected(conn.id);
@@ -244,13 +243,13 @@ impl Pool {
                 self.checkin(Box::new(conn));
             }
             Err(Failure::CircuitOpen(retry_after)) => {
-                drop(permit);
+                drop(slots);
                 count("circuit_open");
                 self.inner.login_ok.store(false, Ordering::Relaxed);
                 self.fail_waiters(self.circuit_error(retry_after), true);
             }
             Err(Failure::Server(e)) => {
-                drop(permit);
+                drop(slots);
                 count(if e.is_config_error() {
                     "config_error"
                 } else {

@@ -1,25 +1,29 @@
 //! Server connection pools, one per (database, user): checkout with bounded waiting, checkin,
 //! connecting on demand, and maintenance. A pool never parses client messages.
 
+mod capacity;
 mod connect;
 mod error;
 mod generation;
+mod limits;
 mod maintenance;
 mod registry;
+mod settings;
 
+pub use capacity::{Limit, LimitKind};
 pub use connect::Backend;
 pub use error::{PoolError, ServerFailure};
 pub use registry::{PoolKey, Pools};
+pub use settings::PoolSettings;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
@@ -52,6 +56,8 @@ pub enum CloseReason {
     Killed,
     /// Opened before a `RECONNECT`: closed when released (idle ones at once).
     Reconnect,
+    /// Idle, and another pool needed its room under a shared limit (database or user).
+    Evicted,
 }
 
 impl CloseReason {
@@ -67,37 +73,7 @@ impl CloseReason {
             CloseReason::CheckFailed => "check_failed",
             CloseReason::Killed => "killed",
             CloseReason::Reconnect => "reconnect",
-        }
-    }
-}
-
-/// Settings a pool reads; taken from the config when the pool is made.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PoolSettings {
-    pub size: usize,
-    pub min_size: usize,
-    pub max_waiting: usize,
-    pub query_wait_timeout: Duration,
-    pub round_robin: bool,
-    pub idle_timeout: Duration,
-    pub lifetime: Duration,
-    pub lifetime_jitter: f64,
-    /// A server idle this long is checked before reuse; `None`: no check query.
-    pub check_delay: Option<Duration>,
-}
-
-impl PoolSettings {
-    pub fn from_config(cfg: &Config) -> Self {
-        PoolSettings {
-            size: cfg.pool.size,
-            min_size: cfg.pool.min_size,
-            max_waiting: cfg.pool.max_waiting_clients,
-            query_wait_timeout: cfg.pool.query_wait_timeout,
-            round_robin: cfg.pool.server_round_robin,
-            idle_timeout: cfg.server.idle_timeout,
-            lifetime: cfg.server.lifetime,
-            lifetime_jitter: cfg.server.lifetime_jitter,
-            check_delay: (!cfg.server.check_query.is_empty()).then_some(cfg.server.check_delay),
+            CloseReason::Evicted => "evicted",
         }
     }
 }
@@ -111,6 +87,8 @@ pub struct PoolDeps {
     pub backend: Arc<Backend>,
     /// The pooler is draining (shared by all pools).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The limits this pool shares with others (its database's, its user's).
+    pub limits: Vec<Arc<Limit>>,
 }
 
 /// A client queued for a server, since when (for `maxwait`) and until when.
@@ -148,6 +126,10 @@ struct PoolState {
     /// (or a login) somewhere.
     generation: Generation,
     older: Vec<Generation>,
+    /// Bit `i`: a login waits for a slot of `limits[i]`.
+    waiting_on: u32,
+    /// A slot of `limits[i]` handed to this pool after a wait, for its next login.
+    granted: Vec<Option<OwnedSemaphorePermit>>,
 }
 
 /// A cloneable handle to one pool.
@@ -160,10 +142,12 @@ struct PoolInner {
     name: String,
     target: ServerTarget,
     settings: Mutex<PoolSettings>,
-    /// Permits still to forget as servers come back, after the pool shrank.
-    debt: std::sync::atomic::AtomicUsize,
-    /// One permit per server connection that may exist; a `ServerConn` holds its permit.
-    capacity: Arc<Semaphore>,
+    /// One slot per server connection that may exist; a `ServerConn` holds its slot.
+    capacity: capacity::Capacity,
+    /// Slots of the reserve (`pool.reserve_size`).
+    reserve: capacity::Capacity,
+    /// The limits shared with other pools, each counting this pool's servers too.
+    limits: Vec<Arc<Limit>>,
     state: Mutex<PoolState>,
     events: Events,
     counters: Arc<Counters>,
@@ -182,13 +166,15 @@ struct PoolInner {
     resetting: AtomicI64,
     database: String,
     user: String,
-    mode: &'static str,
+    /// The auth_query lookup pool (its mode label is `lookup`).
+    lookup: bool,
 }
 
 impl Pool {
+    /// A pool of clients' servers, or (`lookup`) the auth_query lookup pool.
     pub fn new(
         key: &PoolKey,
-        mode: &'static str,
+        lookup: bool,
         target: ServerTarget,
         settings: PoolSettings,
         deps: PoolDeps,
@@ -200,15 +186,20 @@ impl Pool {
             shutdown,
             backend,
             draining,
+            limits,
         } = deps;
         let pool = Pool {
             inner: Arc::new(PoolInner {
                 name: format!("{}/{}", key.database, key.user),
-                capacity: Arc::new(Semaphore::new(settings.size)),
+                capacity: capacity::Capacity::new(settings.size),
+                reserve: capacity::Capacity::new(settings.reserve_size),
                 target,
                 settings: Mutex::new(settings),
-                debt: std::sync::atomic::AtomicUsize::new(0),
-                state: Mutex::new(PoolState::default()),
+                state: Mutex::new(PoolState {
+                    granted: limits.iter().map(|_| None).collect(),
+                    ..PoolState::default()
+                }),
+                limits,
                 events,
                 counters,
                 metrics,
@@ -222,9 +213,12 @@ impl Pool {
                 resetting: AtomicI64::new(0),
                 database: key.database.clone(),
                 user: key.user.clone(),
-                mode,
+                lookup,
             }),
         };
+        for limit in &pool.inner.limits {
+            limit.join(&pool.inner);
+        }
         maintenance::spawn(pool.clone());
         pool
     }
@@ -264,22 +258,16 @@ impl Pool {
                 .unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *s, new)
         };
-        let cap = &self.inner.capacity;
-        let debt = &self.inner.debt;
-        if new.size > old.size {
-            let grow = new.size - old.size;
-            let cancelled = grow.min(debt.load(Ordering::Relaxed));
-            debt.fetch_sub(cancelled, Ordering::Relaxed);
-            cap.add_permits(grow - cancelled);
-        } else if new.size < old.size {
-            let shrink = old.size - new.size;
-            let got = cap.forget_permits(shrink);
-            debt.fetch_add(shrink - got, Ordering::Relaxed);
+        if new.size != old.size {
+            self.inner.capacity.resize(new.size);
+        }
+        if new.reserve_size != old.reserve_size {
+            self.inner.reserve.resize(new.reserve_size);
         }
         let surplus: Vec<_> = {
             let mut st = self.lock();
             let mut out = Vec::new();
-            while self.open_count() > new.size + out.len() {
+            while self.inner.capacity.taken() > new.size + out.len() {
                 match st.idle.pop_front() {
                     Some(c) => out.push(c),
                     None => break,
@@ -293,12 +281,13 @@ impl Pool {
         }
     }
 
-    /// Forgets permits owed after a shrink, as far as they are free.
+    /// Forgets slots owed after a shrink (of the pool, its reserve or a shared limit), as far
+    /// as they are free.
     fn settle_debt(&self) {
-        let d = self.inner.debt.load(Ordering::Relaxed);
-        if d > 0 {
-            let got = self.inner.capacity.forget_permits(d);
-            self.inner.debt.fetch_sub(got, Ordering::Relaxed);
+        self.inner.capacity.settle();
+        self.inner.reserve.settle();
+        for l in &self.inner.limits {
+            l.cap.settle();
         }
     }
 
@@ -345,12 +334,6 @@ impl Pool {
         self.inner.clients.load(Ordering::Relaxed)
     }
 
-    /// A session attaches to the pool for its life (for client counts).
-    pub fn attach(&self) -> PoolClient {
-        self.inner.clients.fetch_add(1, Ordering::Relaxed);
-        PoolClient(self.clone())
-    }
-
     /// Counts of this pool now, for metrics and status.
     pub fn snapshot(&self) -> PoolSnapshot {
         let (idle, connecting, waiting, max_wait) = {
@@ -373,11 +356,16 @@ impl Pool {
         let used = self.inner.resetting.load(Ordering::Relaxed);
         let active = (open - idle - connecting - used).max(0);
         let clients = self.inner.clients.load(Ordering::Relaxed);
+        let settings = self.settings();
         PoolSnapshot {
             pool: self.inner.name.clone(),
             database: self.inner.database.clone(),
             user: self.inner.user.clone(),
-            mode: self.inner.mode,
+            mode: if self.inner.lookup {
+                "lookup"
+            } else {
+                settings.mode.as_str()
+            },
             clients_active: active,
             clients_waiting: waiting,
             clients_idle: (clients - active - waiting).max(0),
@@ -385,16 +373,18 @@ impl Pool {
             servers_idle: idle,
             servers_login: connecting,
             servers_used: used,
-            pool_size: self.settings().size as i64,
-            max_waiting: self.settings().max_waiting as i64,
+            pool_size: settings.size as i64,
+            max_waiting: settings.max_waiting as i64,
             max_wait_seconds: max_wait,
+            reserve_size: settings.reserve_size as i64,
+            servers_reserve: self.inner.reserve.taken() as i64,
+            limits: self.limit_snapshot(),
         }
     }
 
-    /// Server connections open or being opened.
+    /// Server connections open or being opened (the reserve's included).
     pub fn open_count(&self) -> usize {
-        let owed = self.settings().size + self.inner.debt.load(Ordering::Relaxed);
-        owed.saturating_sub(self.inner.capacity.available_permits())
+        self.inner.capacity.taken() + self.inner.reserve.taken()
     }
 
     /// The parameters a client is told at login; logs in a first server if none has yet.
@@ -469,7 +459,9 @@ impl Pool {
             }
             let wait = settings.query_wait_timeout;
             let deadline = (!wait.is_zero()).then(|| since + wait);
-            if let Some(d) = deadline {
+            // The sweep also opens the reserve when this client has waited long enough.
+            let reserve_at = (settings.reserve_size > 0).then(|| since + settings.reserve_timeout);
+            if let Some(d) = earliest(deadline, reserve_at) {
                 if st.sweep_at.map_or(true, |at| d < at) {
                     st.sweep_at = Some(d);
                     self.inner.rearm.notify_one();
@@ -488,9 +480,12 @@ impl Pool {
             .unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
     }
 
-    /// Answers every waiter whose deadline has passed with 57014 and drops those that left;
-    /// returns the next deadline to sweep at.
+    /// Answers every waiter whose deadline has passed with 57014 and drops those that left,
+    /// then opens the reserve for those that waited long enough; returns the next time to
+    /// sweep at.
     fn sweep_waiters(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let s = self.settings();
+        let reserve = (s.reserve_size > 0).then_some(s.reserve_timeout);
         let mut st = self.lock();
         let mut next: Option<tokio::time::Instant> = None;
         let mut keep = VecDeque::with_capacity(st.waiters.len());
@@ -505,15 +500,17 @@ impl Pool {
                     let _ = w.send(Err(err));
                 }
                 d => {
-                    if let Some(d) = d {
-                        next = Some(next.map_or(d, |n| n.min(d)));
-                    }
+                    let reserve_at = reserve.map(|t| w.since + t).filter(|at| *at > now);
+                    next = earliest(next, earliest(d, reserve_at));
                     keep.push_back(w);
                 }
             }
         }
         st.waiters = keep;
         st.sweep_at = next;
+        if reserve.is_some() {
+            self.spawn_connects(&mut st);
+        }
         next
     }
 
@@ -534,7 +531,8 @@ impl Pool {
 
     /// As [`Pool::checkin`], with the caller's clock read.
     pub fn checkin_at(&self, mut conn: Server, now: Instant) {
-        let over = self.inner.debt.load(Ordering::Relaxed) > 0;
+        // A lowered size or shared limit: the surplus goes as it is released.
+        let over = (self.inner.capacity.is_over() && !conn.slots.reserve) || self.limits_over();
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
             let reason = if conn.is_expired(now) {
                 CloseReason::Lifetime
@@ -556,6 +554,18 @@ impl Pool {
         }
         loop {
             let Some(w) = st.waiters.pop_front() else {
+                // Nobody here waits for it: a reserve server goes, and so does one whose room
+                // another pool waits for under a shared limit.
+                if conn.slots.reserve || self.limits_want_room() {
+                    drop(st);
+                    let reason = if conn.slots.reserve {
+                        CloseReason::Retired
+                    } else {
+                        CloseReason::Evicted
+                    };
+                    self.close(conn, reason);
+                    return;
+                }
                 // Draining: keep no more idle servers than clients still attached (one that
                 // has left will not need one), so the servers go back as clients leave.
                 if self.is_draining() && st.idle.len() as i64 >= self.attached_clients() {
@@ -607,8 +617,8 @@ impl Pool {
     fn close(&self, mut conn: Server, reason: CloseReason) {
         self.inner.events.server_closed(conn.id);
         self.count_close(reason);
-        // Give the capacity back now (a shrink may be waiting to forget it).
-        drop(conn.permit.take());
+        // Give the slots back now (a shrink may be waiting to forget them).
+        drop(std::mem::take(&mut conn.slots));
         self.settle_debt();
         tokio::spawn(terminate(conn));
     }
@@ -622,6 +632,17 @@ impl Pool {
             .lifetime
             .mul_f64(s.lifetime_jitter * rand::thread_rng().gen::<f64>());
         Some(Instant::now() + s.lifetime + jitter)
+    }
+}
+
+/// The earlier of two optional times.
+fn earliest(
+    a: Option<tokio::time::Instant>,
+    b: Option<tokio::time::Instant>,
+) -> Option<tokio::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -655,6 +676,7 @@ pub struct PoolClient(Pool);
 
 impl Drop for PoolClient {
     fn drop(&mut self) {
+        self.0.detach_user_client();
         let left = self.0.inner.clients.fetch_sub(1, Ordering::Relaxed) - 1;
         if self.0.is_draining() {
             // One client fewer: an idle server beyond the clients left goes now.
@@ -679,127 +701,4 @@ async fn terminate(mut conn: Server) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-
-    /// A pool whose one server is logging in to a listener that never answers.
-    fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
-        let mut cfg = Config::default();
-        cfg.pool.size = 1;
-        let settings = PoolSettings {
-            max_waiting,
-            query_wait_timeout: Duration::from_secs(1),
-            ..PoolSettings::from_config(&cfg)
-        };
-        let target = ServerTarget {
-            host: "127.0.0.1".into(),
-            port: listener.local_addr().unwrap().port(),
-            user: "u".into(),
-            database: "d".into(),
-            password: None,
-            connect_timeout: Duration::from_secs(3600),
-            tls: Default::default(),
-            allow_cleartext: false,
-        };
-        let key = PoolKey {
-            database: "d".into(),
-            user: "u".into(),
-        };
-        Pool::new(
-            &key,
-            "transaction",
-            target,
-            settings,
-            PoolDeps {
-                events: Events::new(crate::config::EventLevel::Off),
-                counters: Arc::new(Counters::default()),
-                metrics: Arc::new(Metrics::new()),
-                shutdown: CancellationToken::new(),
-                backend: Arc::new(Backend::from_config(&cfg)),
-                draining: Default::default(),
-            },
-        )
-    }
-
-    /// Admission is bounded in count (53300 at once beyond the cap) and in time (57014 at the
-    /// deadline), deterministically under paused time.
-    #[tokio::test(start_paused = true)]
-    async fn admission_cap_and_deadline() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let pool = stuck_pool(&listener, 2);
-        let waiting: Vec<_> = (0..2)
-            .map(|_| {
-                let p = pool.clone();
-                tokio::spawn(async move { p.checkout().await.map(|_| ()) })
-            })
-            .collect();
-        // Let both join the queue.
-        while pool.snapshot().clients_waiting < 2 {
-            tokio::task::yield_now().await;
-        }
-        let started = tokio::time::Instant::now();
-        tokio::time::advance(Duration::from_millis(400)).await;
-        let snap = pool.snapshot();
-        assert!(
-            (0.4..0.5).contains(&snap.max_wait_seconds),
-            "maxwait is the oldest waiter's wait: {snap:?}"
-        );
-        let refused = pool.checkout().await.map(|_| ()).unwrap_err();
-        assert_eq!(refused.sqlstate(), "53300", "{refused}");
-        for w in waiting {
-            let e = w.await.unwrap().unwrap_err();
-            assert_eq!(e.sqlstate(), "57014", "{e}");
-        }
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
-        // A waiter that gave up left the queue: there is room again.
-        assert_eq!(pool.snapshot().clients_waiting, 0);
-        assert_eq!(pool.snapshot().max_wait_seconds, 0.0);
-    }
-
-    /// One sweep serves waiters with different deadlines: after a reload shortens the wait, a
-    /// later waiter times out first, at its own deadline (before the next maintenance tick), and
-    /// the earlier one at its own.
-    #[tokio::test(start_paused = true)]
-    async fn sweep_answers_each_waiter_at_its_deadline() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let pool = stuck_pool(&listener, 10);
-        pool.update(PoolSettings {
-            query_wait_timeout: Duration::from_secs(10),
-            ..pool.settings()
-        });
-        let started = tokio::time::Instant::now();
-        let wait = |p: Pool| {
-            tokio::spawn(async move {
-                let e = p.checkout().await.map(|_| ()).unwrap_err();
-                (e.sqlstate().to_string(), tokio::time::Instant::now())
-            })
-        };
-        let long = wait(pool.clone());
-        while pool.snapshot().clients_waiting < 1 {
-            tokio::task::yield_now().await;
-        }
-        tokio::time::advance(Duration::from_millis(2100)).await;
-        pool.update(PoolSettings {
-            query_wait_timeout: Duration::from_millis(500),
-            ..pool.settings()
-        });
-        let short = wait(pool.clone());
-        let (code, at) = short.await.unwrap();
-        assert_eq!(code, "57014");
-        assert_eq!(
-            at - started,
-            Duration::from_millis(2600),
-            "the later waiter's own deadline"
-        );
-        assert_eq!(
-            pool.snapshot().clients_waiting,
-            1,
-            "the first is still waiting"
-        );
-        let (code, at) = long.await.unwrap();
-        assert_eq!(code, "57014");
-        assert_eq!(at - started, Duration::from_secs(10));
-        assert_eq!(pool.snapshot().clients_waiting, 0);
-    }
-}
+mod tests;

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Pool, PoolDeps, PoolSettings};
-use crate::config::{Config, ConfigCell, Secret};
+use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings};
+use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
-use crate::server::ServerTarget;
+use crate::server::{LearnedSecrets, ServerSecret, ServerTarget, TargetSecret};
 use crate::shared::Counters;
 
 /// Pool count above which unused pools are swept on the next new one.
@@ -38,6 +38,54 @@ pub struct Pools {
     /// The auth_query lookup pool (auth database, auth user): kept apart from the clients'
     /// pools, sized by `auth.auth_pool_size`.
     lookups: Mutex<HashMap<PoolKey, Pool>>,
+    /// Server credentials learnt from client logins (SCRAM passthrough), by user.
+    learned: Arc<LearnedSecrets>,
+    /// The limits pools share, by database and by user: kept while a pool counts against
+    /// them (whether or not a limit is set, so setting one by reload counts what is open).
+    limits: Mutex<SharedLimits>,
+}
+
+#[derive(Default)]
+struct SharedLimits {
+    databases: HashMap<String, Arc<Limit>>,
+    users: HashMap<String, Arc<Limit>>,
+}
+
+impl SharedLimits {
+    /// The limits of a new pool `key`, made on first use.
+    fn for_pool(&mut self, cfg: &Config, key: &PoolKey) -> Vec<Arc<Limit>> {
+        let db = self
+            .databases
+            .entry(key.database.clone())
+            .or_insert_with(|| {
+                let max = PoolSettings::max_db_connections(cfg, &key.database);
+                Arc::new(Limit::new(LimitKind::Database, max))
+            });
+        let db = db.clone();
+        let user = self.users.entry(key.user.clone()).or_insert_with(|| {
+            let max = PoolSettings::max_user_connections(cfg, &key.user);
+            Arc::new(Limit::new(LimitKind::User, max))
+        });
+        vec![db, user.clone()]
+    }
+
+    /// Applies reloaded limits.
+    fn apply(&self, cfg: &Config) {
+        for (name, l) in &self.databases {
+            l.cap
+                .resize_limit(PoolSettings::max_db_connections(cfg, name));
+        }
+        for (name, l) in &self.users {
+            l.cap
+                .resize_limit(PoolSettings::max_user_connections(cfg, name));
+        }
+    }
+
+    /// Forgets limits no pool counts against any more.
+    fn sweep(&mut self) {
+        self.databases.retain(|_, l| Arc::strong_count(l) > 1);
+        self.users.retain(|_, l| Arc::strong_count(l) > 1);
+    }
 }
 
 impl Pools {
@@ -60,12 +108,15 @@ impl Pools {
             map: Mutex::new(HashMap::new()),
             draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
+            learned: Arc::default(),
+            limits: Mutex::default(),
         }
     }
 
-    /// What a new pool shares with the others.
-    fn deps(&self) -> PoolDeps {
+    /// What a new pool shares with the others (and the limits it counts against).
+    fn deps(&self, limits: Vec<Arc<Limit>>) -> PoolDeps {
         PoolDeps {
+            limits,
             events: self.events,
             counters: self.counters.clone(),
             metrics: self.metrics.clone(),
@@ -75,20 +126,20 @@ impl Pools {
         }
     }
 
-    /// A server login for `user` on `database` with this `password`, as configured.
+    /// A server login for `user` on `database` proving itself with `secret`.
     fn target(
         &self,
         cfg: &Config,
         user: String,
         database: String,
-        password: Option<Secret>,
+        secret: TargetSecret,
     ) -> ServerTarget {
         ServerTarget {
             host: cfg.server.host.clone(),
             port: cfg.server.port,
             user,
             database,
-            password,
+            secret,
             connect_timeout: cfg.server.connect_timeout,
             tls: self.tls.clone(),
             allow_cleartext: cfg.server.allow_cleartext_password,
@@ -119,9 +170,15 @@ impl Pools {
                 }
                 keep
             });
+            self.lock_limits().sweep();
         }
         let cfg = self.config.load();
         let cfg = &*cfg;
+        let secret = if passthrough(cfg) {
+            TargetSecret::Learned(self.learned.clone())
+        } else {
+            TargetSecret::Configured(cfg.server.password.clone())
+        };
         let target = self.target(
             cfg,
             cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
@@ -129,14 +186,15 @@ impl Pools {
                 .database
                 .clone()
                 .unwrap_or_else(|| key.database.clone()),
-            cfg.server.password.clone(),
+            secret,
         );
+        let limits = self.lock_limits().for_pool(cfg, key);
         let pool = Pool::new(
             key,
-            cfg.pool.mode.as_str(),
+            false,
             target,
-            PoolSettings::from_config(cfg),
-            self.deps(),
+            PoolSettings::for_pool(cfg, key),
+            self.deps(limits),
         );
         map.insert(key.clone(), pool.clone());
         pool
@@ -145,8 +203,13 @@ impl Pools {
     /// Applies reloaded pool settings to every pool; a lookup pool for an auth user or
     /// database no longer configured is retired.
     pub fn apply(&self, cfg: &Config) {
-        for pool in self.all() {
-            pool.update(PoolSettings::from_config(cfg));
+        self.lock_limits().apply(cfg);
+        let pools: Vec<(PoolKey, Pool)> = {
+            let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.iter().map(|(k, p)| (k.clone(), p.clone())).collect()
+        };
+        for (key, pool) in pools {
+            pool.update(PoolSettings::for_pool(cfg, &key));
         }
         let current = lookup_key(cfg);
         let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
@@ -172,9 +235,15 @@ impl Pools {
             cfg,
             key.user.clone(),
             key.database.clone(),
-            cfg.auth.auth_password.clone(),
+            TargetSecret::Configured(cfg.auth.auth_password.clone()),
         );
-        let pool = Pool::new(&key, "lookup", target, lookup_settings(cfg), self.deps());
+        let pool = Pool::new(
+            &key,
+            true,
+            target,
+            lookup_settings(cfg),
+            self.deps(Vec::new()),
+        );
         lookups.insert(key, pool.clone());
         Some(pool)
     }
@@ -188,6 +257,23 @@ impl Pools {
         for pool in self.all().into_iter().chain(lookups) {
             pool.close_idle_now().await;
         }
+    }
+
+    /// Keeps what `user` proved at login for its server logins, when they log in as the
+    /// client's user with no configured password (SCRAM passthrough); otherwise keeps nothing.
+    pub fn learn(&self, cfg: &Config, user: &str, secret: ServerSecret) {
+        if passthrough(cfg) {
+            self.learned.learn(user, secret);
+        }
+    }
+
+    /// The credentials learnt from client logins (to forget those a change made stale).
+    pub fn learned(&self) -> &LearnedSecrets {
+        &self.learned
+    }
+
+    fn lock_limits(&self) -> std::sync::MutexGuard<'_, SharedLimits> {
+        self.limits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The TLS settings server logins use.
@@ -207,6 +293,12 @@ impl SnapshotSource for Pools {
     }
 }
 
+/// Server logins are as the client's user with no configured password: each user's own
+/// credential, learnt from its logins, is used.
+fn passthrough(cfg: &Config) -> bool {
+    cfg.server.user.is_none() && cfg.server.password.is_none()
+}
+
 /// The lookup pool's key: the auth database and auth user, if auth_query is on.
 fn lookup_key(cfg: &Config) -> Option<PoolKey> {
     Some(PoolKey {
@@ -215,11 +307,13 @@ fn lookup_key(cfg: &Config) -> Option<PoolKey> {
     })
 }
 
-/// A lookup pool's settings: `auth.auth_pool_size` servers, none kept open when idle.
+/// A lookup pool's settings: `auth.auth_pool_size` servers, none kept open when idle, no
+/// reserve.
 fn lookup_settings(cfg: &Config) -> PoolSettings {
     PoolSettings {
         size: cfg.auth.auth_pool_size,
         min_size: 0,
+        reserve_size: 0,
         ..PoolSettings::from_config(cfg)
     }
 }

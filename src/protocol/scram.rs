@@ -132,6 +132,54 @@ pub fn parse_client_final(data: &[u8]) -> Result<ClientFinal<'_>, ParseError> {
     })
 }
 
+/// server-first-message as a client reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFirst<'a> {
+    /// `r=`: the client's nonce followed by the server's.
+    pub nonce: &'a str,
+    /// `s=`: base64 of the salt.
+    pub salt: &'a str,
+    /// `i=`: the iteration count.
+    pub iterations: u32,
+}
+
+/// Parses server-first-message: `r=nonce,s=salt,i=iterations[,ext...]`.
+pub fn parse_server_first(data: &[u8]) -> Result<ServerFirst<'_>, ParseError> {
+    let s = text(data)?;
+    if s.starts_with("m=") {
+        return Err(ParseError::Invalid(
+            "SCRAM mandatory extensions are not supported",
+        ));
+    }
+    let mut parts = s.split(',');
+    let nonce = attr(parts.next(), 'r')?;
+    let salt = attr(parts.next(), 's')?;
+    let iterations = attr(parts.next(), 'i')?
+        .parse::<u32>()
+        .ok()
+        .filter(|&i| i > 0)
+        .ok_or(ParseError::Invalid("SCRAM iteration count"))?;
+    if !is_printable(nonce) || salt.is_empty() {
+        return Err(ParseError::Invalid("SCRAM server-first"));
+    }
+    Ok(ServerFirst {
+        nonce,
+        salt,
+        iterations,
+    })
+}
+
+/// Parses server-final-message: the base64 ServerSignature of `v=`, or the server's `e=`
+/// reason as the error.
+pub fn parse_server_final(data: &[u8]) -> Result<&str, ParseError> {
+    let s = text(data)?;
+    let first = s.split(',').next().unwrap_or("");
+    if first.starts_with("e=") {
+        return Err(ParseError::Invalid("SCRAM server-final reports an error"));
+    }
+    attr(Some(first), 'v')
+}
+
 /// server-first-message: `r=nonce,s=salt,i=iterations` (salt already base64).
 pub fn server_first(nonce: &str, salt_b64: &str, iterations: u32) -> String {
     format!("r={nonce},s={salt_b64},i={iterations}")
@@ -184,6 +232,26 @@ mod tests {
             assert!(parse_client_first(bad).is_err(), "{bad:?}");
         }
         assert!(parse_client_first(&[b'a'; MAX_MESSAGE + 1]).is_err());
+    }
+
+    #[test]
+    fn server_messages_parse_as_a_client_reads_them() {
+        let text = server_first("abcXYZ", "c2FsdA==", 4096);
+        let m = parse_server_first(text.as_bytes()).unwrap();
+        assert_eq!(
+            (m.nonce, m.salt, m.iterations),
+            ("abcXYZ", "c2FsdA==", 4096)
+        );
+        for bad in [
+            &b"r=abc,s=c2FsdA=="[..],
+            b"r=abc,s=,i=1",
+            b"r=abc,s=x,i=0",
+            b"m=x,r=a,s=b,i=1",
+        ] {
+            assert!(parse_server_first(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_server_final(b"v=c2ln").unwrap(), "c2ln");
+        assert!(parse_server_final(b"e=invalid-proof").is_err());
     }
 
     #[test]

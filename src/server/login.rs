@@ -11,8 +11,9 @@ use tokio::net::TcpStream;
 use crate::config::SslMode;
 use crate::net::{MaybeTls, ServerStream, TlsCell};
 
+use super::credential::{ServerSecret, TargetSecret};
+use super::scram::KeyedClient;
 use super::{ServerConn, ServerError};
-use crate::config::Secret;
 use crate::params::Params;
 use crate::prepared::ServerStatements;
 use crate::protocol::backend::{self, AuthRequest};
@@ -28,7 +29,8 @@ pub struct ServerTarget {
     pub port: u16,
     pub user: String,
     pub database: String,
-    pub password: Option<Secret>,
+    /// What the login proves itself with when the server asks for a password.
+    pub secret: TargetSecret,
     pub connect_timeout: Duration,
     /// TLS settings in force (read at each login, so rotated files apply to new logins).
     pub tls: std::sync::Arc<TlsCell>,
@@ -70,7 +72,7 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         expires: None,
         statements: ServerStatements::default(),
         replies: Default::default(),
-        permit: None,
+        slots: Default::default(),
         generation: Default::default(),
         check_due: false,
     };
@@ -101,8 +103,15 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
     }
 }
 
+/// A SCRAM exchange in progress: with the password, or with a learnt ClientKey.
+enum Sasl<'a> {
+    Password(Box<sasl::ScramSha256>),
+    Keys(KeyedClient<'a>),
+}
+
 async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), ServerError> {
-    let mut scram: Option<sasl::ScramSha256> = None;
+    let secret = secret(t);
+    let mut scram: Option<Sasl<'_>> = None;
     // A SCRAM exchange, once started, must end with the server's signature checked: a server
     // that answers AuthenticationOk without proving it knows the password is not trusted.
     let mut sasl_started = false;
@@ -131,37 +140,56 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
             AuthRequest::Cleartext if !conn.stream.is_tls() && !t.allow_cleartext => {
                 return Err(ServerError::CleartextRefused)
             }
-            AuthRequest::Cleartext => frontend::password(&mut out, password(t)?.as_bytes()),
+            AuthRequest::Cleartext => frontend::password(&mut out, password(t, &secret)?),
             AuthRequest::Md5 { salt } => {
-                let hash = md5_hash(t.user.as_bytes(), password(t)?.as_bytes(), salt);
+                let hash = md5_hash(t.user.as_bytes(), password(t, &secret)?, salt);
                 frontend::password(&mut out, hash.as_bytes());
             }
             AuthRequest::Sasl { mechanisms } => {
                 if !mechanisms.contains(&sasl::SCRAM_SHA_256) {
                     return Err(ServerError::UnsupportedAuth(mechanisms.join(",")));
                 }
-                let s = sasl::ScramSha256::new(
-                    password(t)?.as_bytes(),
-                    sasl::ChannelBinding::unsupported(),
-                );
-                frontend::sasl_initial_response(&mut out, sasl::SCRAM_SHA_256, s.message());
+                let (s, first) = match &secret {
+                    Some(ServerSecret::Scram(keys)) => {
+                        let (c, first) = KeyedClient::start(keys);
+                        (Sasl::Keys(c), first.into_bytes())
+                    }
+                    _ => {
+                        let s = sasl::ScramSha256::new(
+                            password(t, &secret)?,
+                            sasl::ChannelBinding::unsupported(),
+                        );
+                        let first = s.message().to_vec();
+                        (Sasl::Password(Box::new(s)), first)
+                    }
+                };
+                frontend::sasl_initial_response(&mut out, sasl::SCRAM_SHA_256, &first);
                 scram = Some(s);
                 sasl_started = true;
             }
             AuthRequest::SaslContinue { data } => {
-                let s = scram
+                match scram
                     .as_mut()
-                    .ok_or_else(|| protocol("SASLContinue before SASL"))?;
-                s.update(data)
-                    .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
-                frontend::sasl_response(&mut out, s.message());
+                    .ok_or_else(|| protocol("SASLContinue before SASL"))?
+                {
+                    Sasl::Password(s) => {
+                        s.update(data)
+                            .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                        frontend::sasl_response(&mut out, s.message());
+                    }
+                    Sasl::Keys(c) => frontend::sasl_response(&mut out, c.update(data)?.as_bytes()),
+                }
             }
             AuthRequest::SaslFinal { data } => {
-                let mut s = scram
+                match scram
                     .take()
-                    .ok_or_else(|| protocol("SASLFinal before SASL"))?;
-                s.finish(data)
-                    .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                    .ok_or_else(|| protocol("SASLFinal before SASL"))?
+                {
+                    Sasl::Password(mut s) => s
+                        .finish(data)
+                        .map_err(|e| protocol(&format!("SCRAM: {e}")))?,
+                    Sasl::Keys(c) => c.finish(data)?,
+                }
                 sasl_verified = true;
                 continue;
             }
@@ -236,11 +264,29 @@ fn set_liveness_options(stream: &TcpStream) {
     }
 }
 
-fn password(t: &ServerTarget) -> Result<&str, ServerError> {
-    t.password
-        .as_ref()
-        .map(Secret::expose)
-        .ok_or(ServerError::NoPassword)
+/// The credential this login uses: the configured one, or the user's learnt one.
+fn secret(t: &ServerTarget) -> Option<ServerSecret> {
+    match &t.secret {
+        TargetSecret::Configured(p) => p.clone().map(ServerSecret::Password),
+        TargetSecret::Learned(learned) => learned.get(&t.user),
+    }
+}
+
+/// The password, for a server that asks for it (or an md5 hash of it).
+fn password<'s>(
+    t: &ServerTarget,
+    secret: &'s Option<ServerSecret>,
+) -> Result<&'s [u8], ServerError> {
+    match (secret, &t.secret) {
+        (Some(ServerSecret::Password(p)), _) => Ok(p.expose().as_bytes()),
+        (Some(ServerSecret::Scram(_)), _) => Err(ServerError::PassthroughNeedsScram {
+            user: t.user.clone(),
+        }),
+        (None, TargetSecret::Learned(_)) => Err(ServerError::NoPassthrough {
+            user: t.user.clone(),
+        }),
+        (None, TargetSecret::Configured(_)) => Err(ServerError::NoPassword),
+    }
 }
 
 fn protocol(msg: &str) -> ServerError {

@@ -1,13 +1,17 @@
 //! One connection to PostgreSQL: login, the parameters it reports, and its identity.
 
+mod credential;
 mod login;
 mod query;
 pub mod replies;
+pub mod scram;
 
+pub use credential::{LearnedSecrets, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
 pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
+pub use scram::ScramKeys;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,6 +47,24 @@ pub enum ServerError {
     QueryFailed(String),
     #[error("server requested a password but none is configured")]
     NoPassword,
+    /// Passthrough, and the user has not proved a stored credential to the pooler yet.
+    #[error(
+        "no server credential for user \"{user}\": droid-pool logs in to PostgreSQL as this user \
+         with what a SCRAM-SHA-256 login against a stored verifier proved, or with a stored \
+         plaintext password, and has neither (log in once with SCRAM, store the password, or \
+         set server.password)"
+    )]
+    NoPassthrough { user: String },
+    #[error(
+        "the server asked for a password, but droid-pool holds only SCRAM keys for user \
+         \"{user}\": passthrough needs scram-sha-256 for this user in pg_hba.conf"
+    )]
+    PassthroughNeedsScram { user: String },
+    #[error(
+        "the server's SCRAM salt or iteration count differs from the verifier droid-pool holds \
+         for this user: copy the current verifier from pg_authid"
+    )]
+    StaleVerifier,
     #[error(
         "the server asked for the password in cleartext over an unencrypted connection; refused \
          (use TLS to the server, or set server.allow_cleartext_password: true)"
@@ -79,9 +101,12 @@ impl ServerError {
         match self {
             ServerError::Rejected(f) if !f.code.is_empty() => &f.code,
             ServerError::NoPassword
+            | ServerError::NoPassthrough { .. }
+            | ServerError::PassthroughNeedsScram { .. }
             | ServerError::CleartextRefused
             | ServerError::NoServerSignature
             | ServerError::UnsupportedAuth(_) => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            ServerError::StaleVerifier => sqlstate::INVALID_PASSWORD,
             ServerError::Connect { .. } | ServerError::Timeout | ServerError::Tls(_) => {
                 sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
             }
@@ -94,6 +119,9 @@ impl ServerError {
         matches!(
             self,
             ServerError::NoPassword
+                | ServerError::NoPassthrough { .. }
+                | ServerError::PassthroughNeedsScram { .. }
+                | ServerError::StaleVerifier
                 | ServerError::CleartextRefused
                 | ServerError::NoServerSignature
                 | ServerError::UnsupportedAuth(_)
@@ -157,13 +185,23 @@ pub struct ServerConn {
     pub statements: ServerStatements,
     /// What this connection still owes, in request order.
     pub replies: Replies,
-    /// A slot of the pool's capacity, freed whenever this connection is dropped.
-    pub permit: Option<OwnedSemaphorePermit>,
+    /// What the connection counts against, freed whenever it is dropped.
+    pub slots: Slots,
     /// The pool generation it was opened under.
     pub generation: Generation,
     /// Set by the pool when it hands out a server idle past `server.check_delay`: the taker
     /// runs `server.check_query` on it before anything of a client's.
     pub check_due: bool,
+}
+
+/// The slots a server connection occupies while it exists: its pool's (or the pool's
+/// reserve's) and those of the limits pools share. Given back when dropped.
+#[derive(Debug, Default)]
+pub struct Slots {
+    pub pool: Option<OwnedSemaphorePermit>,
+    /// `pool` is a slot of the pool's reserve: the connection goes when nobody waits for it.
+    pub reserve: bool,
+    pub shared: Vec<OwnedSemaphorePermit>,
 }
 
 impl ServerConn {

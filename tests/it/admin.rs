@@ -558,7 +558,10 @@ async fn console_shows_pgbouncers_columns() {
     let row: Vec<&str> = lines.next().unwrap().split('|').collect();
     assert_eq!((row[0], row[5], row[8]), (DB, "3", "transaction"), "{dbs}");
     assert_eq!((row[11], row[12]), ("0", "0"), "{dbs}");
-    assert!(show("USERS").starts_with(&format!("name|pool_mode\n{USER}|")));
+    assert!(show("USERS").starts_with(&format!(
+        "name|pool_mode|pool_size|reserve_pool_size|max_user_connections|current_connections|\
+         max_user_client_connections|current_client_connections\n{USER}|transaction|3|0|0|"
+    )));
     let lists = show("LISTS");
     let names: Vec<&str> = lists
         .lines()

@@ -7,6 +7,8 @@ mod differential;
 mod faults;
 mod kind_checker;
 mod lifecycle;
+mod limits;
+mod peers;
 mod prepared;
 mod relay;
 mod security;

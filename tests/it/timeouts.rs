@@ -158,8 +158,9 @@ fn open_fds(p: &Pooler) -> usize {
         .unwrap_or(0)
 }
 
+/// Cancels the pooler sent to PostgreSQL, by result (`done`, `timeout`, `failed`).
 fn cancels_counted(p: &Pooler, result: &str) -> f64 {
-    counted(p, "droidpool_cancel_requests_total", "result", result)
+    counted(p, "droidpool_server_cancels_total", "result", result)
 }
 
 /// Waits until `db` has a backend running a statement.
@@ -229,13 +230,16 @@ async fn cancel_wait_timeout_gives_up_on_a_black_holed_cancel() {
     let frames = c.until_ready().await;
     let error = frames.iter().find(|f| f.tag == b'E').expect("cancelled");
     assert_eq!(sqlstate(error), "57014", "{}", tags(&frames));
-    assert_eq!(cancels_counted(&p, "forwarded"), 1.0);
+    assert_eq!(cancels_counted(&p, "done"), 1.0);
     c.send(&query("select 1")).await;
     assert_eq!(tags(&c.until_ready().await), "TDCZ");
     // A key nobody holds is dropped, as PostgreSQL drops it.
     let took = cancel_and_wait(p.port(), (key.0, key.1.wrapping_add(1))).await;
     assert!(took < Duration::from_secs(1), "{took:?}");
-    assert_eq!(cancels_counted(&p, "unknown"), 1.0);
+    assert_eq!(
+        counted(&p, "droidpool_cancel_requests_total", "result", "unknown"),
+        1.0
+    );
     // No server leaked: the pooler's one server is idle.
     let states = backends(db).await;
     assert!(states.iter().all(|s| s == "idle"), "{states:?}");

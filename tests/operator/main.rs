@@ -4,6 +4,7 @@
 
 mod conditions;
 mod mock;
+mod peers;
 mod process;
 mod production;
 mod rbac;

@@ -16,8 +16,12 @@ use serde_json::json;
 
 use crate::support::{self, condition, eventually, Running};
 
-/// The pool size in the ConfigMap `name`, parsed as the pooler itself parses it.
-pub(crate) async fn pool_size(client: &Client, ns: &str, name: &str) -> Option<(usize, ConfigMap)> {
+/// The config in the ConfigMap `name`, parsed and validated as the pooler itself does.
+pub(crate) async fn loaded_config(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Option<(Config, ConfigMap)> {
     let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await
@@ -25,6 +29,12 @@ pub(crate) async fn pool_size(client: &Client, ns: &str, name: &str) -> Option<(
     let text = cm.data.as_ref()?.get(CONFIG_KEY)?.clone();
     let cfg = Config::from_yaml(&text, "configmap".as_ref()).expect("the pooler loads it");
     cfg.validate().expect("the pooler accepts it");
+    Some((cfg, cm))
+}
+
+/// The pool size in the ConfigMap `name`, parsed as the pooler itself parses it.
+pub(crate) async fn pool_size(client: &Client, ns: &str, name: &str) -> Option<(usize, ConfigMap)> {
+    let (cfg, cm) = loaded_config(client, ns, name).await?;
     Some((cfg.pool.size, cm))
 }
 

@@ -141,6 +141,7 @@ async fn readme_examples_are_valid() {
     let examples = [
         include_str!("../../deploy/examples/poolconfig-sidecar.yaml"),
         include_str!("../../deploy/examples/poolconfig-deployment.yaml"),
+        include_str!("../../deploy/examples/poolconfig-shared.yaml"),
     ];
     let api = Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),

@@ -3,14 +3,16 @@
 //! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
 
 mod objects;
+mod shared;
 #[cfg(test)]
 mod tests;
 
 pub use objects::{
     config_map, deployment, labels, pdb, selector_labels, selector_string, service,
-    service_account, service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CONFIG_DIR,
-    CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+    service_account, service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CLIENT_USERS_DIR,
+    CONFIG_DIR, CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
 };
+pub use shared::{peer_id_of, peers, wants_peers, PeerPod};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -38,7 +40,10 @@ pub enum RenderError {
          spec.clientAuth.allowTrustOnNetwork: true or use md5 / scram-sha-256"
     )]
     TrustOnNetwork,
-    #[error("spec.clientAuth.method {0} on a deployment needs spec.clientAuth.passwordsSecret")]
+    #[error(
+        "spec.clientAuth.method {0} on a deployment needs spec.clientAuth.passwordsSecret or \
+         spec.clientAuth.usersSecret"
+    )]
     PasswordsSecretMissing(&'static str),
     #[error("the rendered pooler config is invalid: {0}")]
     Config(String),
@@ -95,6 +100,16 @@ pub struct Rendered {
 
 /// Validates the spec and renders the pooler config for `poolers` poolers.
 pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderError> {
+    render_with_peers(spec, poolers, &[])
+}
+
+/// As [`render`], listing `pods` as the poolers' peers when the spec asks for cancel
+/// forwarding (otherwise they are ignored: no `peers:` key is written).
+pub fn render_with_peers(
+    spec: &PoolConfigSpec,
+    poolers: u32,
+    pods: &[PeerPod],
+) -> Result<Rendered, RenderError> {
     if let Target::Deployment(t) = &spec.target {
         if t.service.external_traffic_policy.is_some()
             && t.service.type_ == crd::ServiceType::ClusterIP
@@ -103,7 +118,10 @@ pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderErr
         }
     }
     let sizing = sizing(spec, poolers)?;
-    let config = pooler_config(spec, sizing.pool_size)?;
+    let mut config = pooler_config(spec, sizing.pool_size)?;
+    if wants_peers(spec) {
+        config.peers = peers(pods);
+    }
     config
         .validate()
         .map_err(|e| RenderError::Config(e.to_string()))?;
@@ -243,11 +261,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     // 20,000 container log lines a second; the same facts are in the metrics.
     c.log.events = config::EventLevel::Lifecycle;
     c.pool.size = pool_size as usize;
-    c.pool.mode = match spec.mode {
-        crd::Mode::Session => config::PoolMode::Session,
-        crd::Mode::Transaction => config::PoolMode::Transaction,
-        crd::Mode::Statement => config::PoolMode::Statement,
-    };
+    c.pool.mode = mode(spec.mode);
     c.pool.track_prepared = spec.track_prepared;
     if let Some(n) = spec.max_client_connections {
         c.client.max_connections = n as usize;
@@ -258,6 +272,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     server(&mut c, &spec.server);
     client_auth(&mut c, spec.client_auth.as_ref(), deployed)?;
     resilience(&mut c, spec)?;
+    shared::limits(&mut c, spec)?;
     let drain = spec.drain.clone().unwrap_or_default();
     c.drain.mode = match (drain.mode, deployed) {
         (Some(crd::DrainMode::WaitForClients), _) | (None, false) => {
@@ -271,6 +286,14 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
         c.drain.timeout = d;
     }
     Ok(c)
+}
+
+fn mode(m: crd::Mode) -> config::PoolMode {
+    match m {
+        crd::Mode::Session => config::PoolMode::Session,
+        crd::Mode::Transaction => config::PoolMode::Transaction,
+        crd::Mode::Statement => config::PoolMode::Statement,
+    }
 }
 
 fn server(c: &mut Config, s: &crd::ServerSpec) {
@@ -298,6 +321,7 @@ fn client_auth(
     let method = auth.and_then(|a| a.method).unwrap_or(default_method);
     let allow_trust = auth.is_some_and(|a| a.allow_trust_on_network);
     let has_passwords = auth.is_some_and(|a| a.passwords_secret.is_some());
+    let users = auth.and_then(|a| a.users_secret.as_ref());
     c.auth.allow_trust_on_network = allow_trust;
     c.auth.method = Some(match method {
         crd::AuthMethod::Trust => config::AuthMethod::Trust,
@@ -308,7 +332,7 @@ fn client_auth(
         crd::AuthMethod::Trust if deployed && !allow_trust => Err(RenderError::TrustOnNetwork),
         crd::AuthMethod::Trust => Ok(()),
         crd::AuthMethod::Md5 | crd::AuthMethod::ScramSha256 => {
-            if deployed && !has_passwords {
+            if deployed && !has_passwords && users.is_none() {
                 let name = if method == crd::AuthMethod::Md5 {
                     "md5"
                 } else {
@@ -316,8 +340,13 @@ fn client_auth(
                 };
                 return Err(RenderError::PasswordsSecretMissing(name));
             }
-            // Sidecars mount the passwords Secret at the same path themselves.
-            c.auth.passwords_dir = Some(PathBuf::from(CLIENT_PASSWORDS_DIR));
+            // Sidecars mount the Secrets at the same paths themselves.
+            if has_passwords || users.is_none() {
+                c.auth.passwords_dir = Some(PathBuf::from(CLIENT_PASSWORDS_DIR));
+            }
+            if let Some(u) = users {
+                c.auth.users_file = Some(PathBuf::from(CLIENT_USERS_DIR).join(&u.key));
+            }
             Ok(())
         }
     }

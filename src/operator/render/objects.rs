@@ -27,6 +27,8 @@ pub const CONFIG_DIR: &str = "/etc/droid-pool";
 pub const SERVER_PASSWORD_DIR: &str = "/var/run/droid-pool/server";
 /// Where the client passwords Secret (one key per user) is mounted.
 pub const CLIENT_PASSWORDS_DIR: &str = "/var/run/droid-pool/client-passwords";
+/// Where deployed poolers find the users file of `spec.clientAuth.usersSecret`.
+pub const CLIENT_USERS_DIR: &str = "/var/run/droid-pool/client-users";
 /// Pod template annotation: hash of the settings that need a restart.
 pub const RESTART_CHECKSUM_ANNOTATION: &str = "droidpool.io/restart-checksum";
 /// ConfigMap annotation: hash of the whole rendered config.
@@ -169,6 +171,15 @@ fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>)
     {
         volumes.push(secret_volume("client-passwords", name, None));
         mounts.push(volume("client-passwords", CLIENT_PASSWORDS_DIR));
+    }
+    if let Some(u) = pc
+        .spec
+        .client_auth
+        .as_ref()
+        .and_then(|a| a.users_secret.as_ref())
+    {
+        volumes.push(secret_volume("client-users", &u.name, Some(&u.key)));
+        mounts.push(volume("client-users", CLIENT_USERS_DIR));
     }
     (volumes, mounts)
 }

@@ -105,6 +105,7 @@ fn deployment_trust_needs_explicit_consent() {
     s.client_auth = Some(ClientAuthSpec {
         method: Some(AuthMethod::Trust),
         passwords_secret: None,
+        users_secret: None,
         allow_trust_on_network: false,
     });
     assert_eq!(render(&s, 1).unwrap_err(), RenderError::TrustOnNetwork);

@@ -8,6 +8,7 @@ mod badinput;
 mod hygiene;
 mod leaks;
 mod liveness;
+mod passthrough;
 mod probing;
 mod reload;
 mod server_login;

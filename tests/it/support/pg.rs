@@ -11,6 +11,10 @@
 //! | `scram_user` | `scram_pass` | SCRAM     | scram-sha-256  |
 //! | `md5_user`   | `md5_pass`   | md5       | md5            |
 //! | `clear_user` | `clear_pass` | SCRAM     | password (cleartext) |
+//! | members of `droid_scram` | set by the test | SCRAM | scram-sha-256 |
+//!
+//! A test that needs roles of its own which must prove a SCRAM password (SCRAM passthrough)
+//! creates them `IN ROLE droid_scram` ([`SCRAM_GROUP`]).
 //!
 //! initdb, pg_ctl and postgres refuse to run as root: when the test process
 //! is root they run as the OS user `postgres` via `runuser`.
@@ -41,6 +45,9 @@ pub const PASSWORD_USERS: &[(&str, &str, &str)] = &[
     ("md5_user", "md5_pass", "md5"),
     ("clear_user", "clear_pass", "password"),
 ];
+
+/// Roles in this group log in over TCP with scram-sha-256 only (tests create them).
+pub const SCRAM_GROUP: &str = "droid_scram";
 
 /// Environment variables that would redirect libpq tools elsewhere.
 pub(crate) const PG_ENV: &[&str] = &[
@@ -222,6 +229,7 @@ impl PgServer {
         for (user, _, method) in PASSWORD_USERS {
             let _ = writeln!(hba, "host all {user} 127.0.0.1/32 {method}");
         }
+        let _ = writeln!(hba, "host all +{SCRAM_GROUP} 127.0.0.1/32 scram-sha-256");
         hba.push_str(
             "host all all 127.0.0.1/32 trust\n\
              host all all ::1/128 trust\n\
@@ -315,6 +323,7 @@ impl PgServer {
             &[
                 "SET password_encryption = 'scram-sha-256'",
                 "CREATE ROLE droid LOGIN SUPERUSER",
+                "CREATE ROLE droid_scram NOLOGIN",
                 "CREATE ROLE scram_user LOGIN PASSWORD 'scram_pass'",
                 "CREATE ROLE clear_user LOGIN PASSWORD 'clear_pass'",
                 "SET password_encryption = 'md5'",

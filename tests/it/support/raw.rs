@@ -14,6 +14,8 @@ pub const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Raw {
     pub stream: TcpStream,
     buf: BytesMut,
+    /// The BackendKeyData of the login (process id, secret), once logged in.
+    pub key: Option<(i32, i32)>,
 }
 
 fn cstr(b: &mut BytesMut, s: &[u8]) {
@@ -172,11 +174,16 @@ impl Raw {
         let mut raw = Raw {
             stream,
             buf: BytesMut::new(),
+            key: None,
         };
         let mut b = BytesMut::new();
         frontend::startup_message(&mut b, params);
         raw.send(&b).await;
         let login = raw.until_ready().await;
+        raw.key = login
+            .iter()
+            .find(|f| f.tag == backend::BACKEND_KEY_DATA_TAG)
+            .and_then(|f| backend::parse_backend_key(f.body()).ok());
         (raw, login)
     }
 

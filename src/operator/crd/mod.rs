@@ -15,11 +15,14 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod shared;
+pub use shared::{LimitsSpec, UserSpec, UsersSecretRef};
+
 /// The image of operator-deployed poolers when the spec names none.
 pub const DEFAULT_IMAGE: &str = "ghcr.io/droid-pool/droid-pool:0.1.0";
 
 /// A duration in the pooler's notation: digits and a unit, repeated (`250ms`, `30s`, `1m30s`).
-const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
+pub(crate) const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
 
 /// Settings of droid-pool poolers, rendered into the pooler's own config file.
 ///
@@ -113,6 +116,12 @@ pub struct PoolConfigSpec {
     /// What a pooler does with its clients on SIGTERM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
+    /// Limits across the pools of each pooler: per database, per user, the reserve pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+    /// Overrides for named users (PgBouncer's `[users]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<BTreeMap<String, UserSpec>>,
     /// Where the settings go: sidecars that mount a ConfigMap, or poolers this operator deploys.
     pub target: Target,
 }
@@ -181,6 +190,11 @@ pub struct ClientAuthSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub passwords_secret: Option<String>,
+    /// A Secret key holding a users file of SCRAM verifiers (copied from `pg_authid`): each
+    /// user then logs in to PostgreSQL as itself with what its own login proved (SCRAM
+    /// passthrough), and needs no `server.passwordSecret` and no plaintext password anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users_secret: Option<UsersSecretRef>,
     /// Permit `trust` on the pod network.
     #[serde(default)]
     pub allow_trust_on_network: bool,
@@ -308,6 +322,12 @@ pub struct DeploymentTarget {
     /// Scheduling and metadata of the pooler pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<Box<PodTemplate>>,
+    /// List the pooler pods in each pooler's config as peers, so a CancelRequest reaching any
+    /// pod behind the Service is forwarded to the pod that issued the key. Each pod's peer id
+    /// is 1 + FNV-1a(pod name) mod 16383 (the next free id when two pods collide, the older
+    /// pod keeping its own); a pooler finds its entry by its host name, the pod's name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_forwarding: bool,
 }
 
 /// What a production cluster sets on the pooler pods. Labels and annotations are added to the

@@ -1,0 +1,67 @@
+//! The parts of the `PoolConfig` spec for a pooler many applications share: limits across
+//! pools (PgBouncer's names), per-user overrides, and the users file of SCRAM verifiers that
+//! lets each role log in to PostgreSQL as itself without any plaintext password.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Mode, DURATION_PATTERN};
+
+/// Limits across the pools of each pooler.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// Server connections of all pools of one database, per pooler (`pool.max_db_connections`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_db_connections: Option<u32>,
+    /// Server connections of all pools of one user, per pooler (`pool.max_user_connections`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_user_connections: Option<u32>,
+    /// Client connections of one user, per pooler (`client.max_user_connections`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_client_connections_per_user: Option<u32>,
+    /// Extra server connections a pool opens once a client has waited `reservePoolTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub reserve_pool_size: Option<u32>,
+    /// How long a client waits before the reserve opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub reserve_pool_timeout: Option<String>,
+}
+
+/// One user's overrides.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserSpec {
+    /// Server connections per pool of this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub pool_size: Option<u32>,
+    /// Pool mode of this user's pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Server connections of all pools of this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_user_connections: Option<u32>,
+}
+
+/// A Secret key holding a PgBouncer users file (`"user" "SCRAM-SHA-256$..."` per line),
+/// mounted as a file, never read by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsersSecretRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[serde(default = "default_users_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+fn default_users_key() -> String {
+    "userlist.txt".into()
+}
