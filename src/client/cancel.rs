@@ -77,6 +77,21 @@ impl CancelSlot {
     pub fn is_killed(&self) -> bool {
         self.killed.load(Ordering::Acquire)
     }
+
+    /// This client as a pool waiter: named by the slot's address, stopped by its kill.
+    pub fn ticket(&self) -> crate::pool::Ticket<'_> {
+        crate::pool::Ticket {
+            owner: self as *const CancelSlot as usize,
+            stop: &self.killed,
+        }
+    }
+}
+
+/// A client the console killed: its key, and its name as a pool waiter.
+#[derive(Debug, Clone, Copy)]
+pub struct KilledClient {
+    pub key: (i32, i32),
+    pub waiter: usize,
 }
 
 /// One row of `SHOW CLIENTS`: the client's key, pool, and the server it holds (number and
@@ -149,9 +164,9 @@ impl Cancels {
     }
 
     /// Marks clients killed: the one with process id `pid`, or every client of database
-    /// `db` (of every database when both are `None`). Returns the keys marked; the caller
-    /// wakes the sessions (`Lifecycle::kick`).
-    pub fn kill(&self, pid: Option<i32>, db: Option<&str>) -> Vec<(i32, i32)> {
+    /// `db` (of every database when both are `None`). Returns those marked; the caller
+    /// stops their waits for a server and wakes the sessions (`Lifecycle::kick`).
+    pub fn kill(&self, pid: Option<i32>, db: Option<&str>) -> Vec<KilledClient> {
         let map = self.lock();
         let mut marked = Vec::new();
         for (key, slot) in map.iter() {
@@ -162,16 +177,19 @@ impl Cancels {
             };
             if hit {
                 slot.killed.store(true, Ordering::Release);
-                marked.push(*key);
+                marked.push(KilledClient {
+                    key: *key,
+                    waiter: slot.ticket().owner,
+                });
             }
         }
         marked
     }
 
-    /// How many of `keys` are still logged in.
-    pub fn still_registered(&self, keys: &[(i32, i32)]) -> usize {
+    /// How many of `killed` are still logged in.
+    pub fn still_registered(&self, killed: &[KilledClient]) -> usize {
         let map = self.lock();
-        keys.iter().filter(|k| map.contains_key(k)).count()
+        killed.iter().filter(|k| map.contains_key(&k.key)).count()
     }
 
     /// Cancels whatever every client is running now (the drain deadline), in the background;

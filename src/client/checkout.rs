@@ -70,13 +70,12 @@ impl Session<'_> {
         let mut since = tokio::time::Instant::from_std(started);
         let mut paused = false;
         let pool = self.pool.clone();
-        loop {
-            // Registered before the look at the slot, so a KILL in between is not missed.
+        self.check_killed()?;
+        while l.is_paused_for(pool.database()) {
+            // Made before the look at the slot, so a KILL in between is not missed (a
+            // Notified hears notify_waiters from its creation on).
             let kicked = l.kicked.notified();
             self.check_killed()?;
-            if !l.is_paused_for(pool.database()) {
-                break;
-            }
             paused = true;
             tokio::select! {
                 _ = l.wait_unpaused_for(pool.database()) => {}
@@ -91,14 +90,13 @@ impl Session<'_> {
         if paused {
             since = tokio::time::Instant::now();
         }
-        let checkout = pool.checkout_since(since);
+        // A KILL stops this wait through the ticket (the pool drops the waiter, or refuses to
+        // queue it once killed): no registration of its own per wait.
+        let checkout = pool.checkout_as(since, Some(self.cancel.ticket()));
         tokio::pin!(checkout);
         loop {
-            let kicked = l.kicked.notified();
-            self.check_killed()?;
             tokio::select! {
                 r = &mut checkout => {
-                    // A KILL ends the wait with the pool's queue dropped: the kill decides.
                     if self.cancel.is_killed() {
                         if let Ok(conn) = r {
                             self.pool.discard(conn, CloseReason::Killed);
@@ -107,7 +105,6 @@ impl Session<'_> {
                     }
                     return Ok(r?);
                 }
-                _ = kicked => {}
                 r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
                     if r? == 0 {
                         return Err(ClientError::Gone);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::cancel::KilledClient;
 use crate::pool::{CloseReason, Pool};
 use crate::shared::Shared;
 
@@ -77,14 +78,19 @@ pub(super) async fn kill_client(shared: &Shared, id: i32) -> bool {
     if killed.is_empty() {
         return false;
     }
+    // A client waiting for a server leaves its queue (it sees its kill there).
+    let waiters: Vec<usize> = killed.iter().map(|k| k.waiter).collect();
+    for p in shared.pools.all() {
+        p.drop_waiters_of(&waiters);
+    }
     end(shared, &killed).await;
     true
 }
 
 /// Wakes the killed sessions wherever they wait and waits for them to end.
-async fn end(shared: &Shared, keys: &[(i32, i32)]) {
+async fn end(shared: &Shared, killed: &[KilledClient]) {
     shared.lifecycle.kick();
-    settle(|| shared.cancels.still_registered(keys) == 0).await;
+    settle(|| shared.cancels.still_registered(killed) == 0).await;
 }
 
 /// `RECONNECT [db]`: every server of `db` (of every database) is closed when next released

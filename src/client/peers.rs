@@ -86,7 +86,11 @@ pub async fn cancel(shared: &Shared, pid: i32, secret: i32) {
             .with_label_values(&[result])
             .inc()
     };
-    if shared.cancels.forward(pid & !FORWARDED, secret, shared).await {
+    if shared
+        .cancels
+        .forward(pid & !FORWARDED, secret, shared)
+        .await
+    {
         return counted("local");
     }
     let cfg = shared.config.load();

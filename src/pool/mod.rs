@@ -98,6 +98,17 @@ struct Waiter {
     since: tokio::time::Instant,
     /// When the pool's deadline sweep answers it with 57014; `None`: no limit.
     deadline: Option<tokio::time::Instant>,
+    /// Who waits ([`Ticket::owner`]), so one waiter can be dropped by name; 0: anonymous.
+    owner: usize,
+}
+
+/// Who a checkout waits for, so the wait can be ended from outside: `owner` names the waiter
+/// ([`Pool::drop_waiters_of`]), and a set `stop` flag refuses the wait (checked under the
+/// pool's lock, so a stop raised before a drop by name is never missed).
+#[derive(Clone, Copy)]
+pub struct Ticket<'a> {
+    pub owner: usize,
+    pub stop: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Waiter {
@@ -436,9 +447,22 @@ impl Pool {
     /// A waiter carries no timer of its own: the pool's deadline sweep answers it with 57014
     /// (one timer per pool instead of one registered and removed per queued transaction).
     pub async fn checkout_since(&self, since: tokio::time::Instant) -> Result<Server, PoolError> {
+        self.checkout_as(since, None).await
+    }
+
+    /// As [`Pool::checkout_since`], for the waiter `ticket` names: it sees the pool closed when
+    /// its stop flag is set before it would queue, or when it is dropped by name.
+    pub async fn checkout_as(
+        &self,
+        since: tokio::time::Instant,
+        ticket: Option<Ticket<'_>>,
+    ) -> Result<Server, PoolError> {
         let settings = self.settings();
         let rx = {
             let mut st = self.lock();
+            if ticket.is_some_and(|t| t.stop.load(Ordering::Acquire)) {
+                return Err(PoolError::Closed(self.inner.name.clone()));
+            }
             if let Some(conn) = self.take_idle(&mut st, &settings, Instant::now()) {
                 return Ok(conn);
             }
@@ -472,6 +496,7 @@ impl Pool {
                 tx,
                 since,
                 deadline,
+                owner: ticket.map_or(0, |t| t.owner),
             });
             self.spawn_connects(&mut st);
             rx
@@ -522,6 +547,11 @@ impl Pool {
     /// Stops every waiter: each sees the pool closed.
     pub fn drop_waiters(&self) {
         self.lock().waiters.clear();
+    }
+
+    /// Stops the waiters `owners` name: each sees the pool closed.
+    pub fn drop_waiters_of(&self, owners: &[usize]) {
+        self.lock().waiters.retain(|w| !owners.contains(&w.owner));
     }
 
     /// Returns a server in a clean idle state: to the first live waiter, else to the idle list.

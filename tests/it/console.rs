@@ -182,6 +182,38 @@ async fn kill_client_closes_one_client_and_its_server() {
     until_backends(db, |b| b.len() == 1 && b[0].1 == "idle").await;
 }
 
+/// `KILL_CLIENT id` of a client waiting for a server (a pool of one, held by another
+/// client): it leaves the queue at once with FATAL 57P01, while the holder goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_client_ends_a_wait_for_a_server() {
+    let db = "kill_waiting";
+    let p = start(&[db], 1);
+    let (mut busy, _) = Raw::connect_keyed(p.port(), USER, db).await;
+    let (mut waiting, (waiting_id, _)) = Raw::connect_keyed(p.port(), USER, db).await;
+    busy.send(&query("select pg_sleep(2)")).await;
+    until_active(db).await;
+    waiting.send(&query("select 1")).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while !console(&p, "SHOW POOLS").contains(&format!("{db}|{USER}|1|1|")) {
+        assert!(Instant::now() < until, "{}", console(&p, "SHOW POOLS"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = Instant::now();
+    assert_eq!(
+        console(&p, &format!("KILL_CLIENT {waiting_id}")),
+        "KILL_CLIENT"
+    );
+    assert_terminated(&mut waiting).await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed.elapsed()
+    );
+    // The holder's statement runs to its end, untouched.
+    assert_eq!(tags(&busy.until_ready().await), "TDCZ");
+    assert_eq!(servers_closed(&p, "killed"), 0.0);
+}
+
 fn backend_pid(frames: &[droid_pool::protocol::frame::Frame]) -> i32 {
     frames
         .iter()
