@@ -71,6 +71,9 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         statements: ServerStatements::default(),
         replies: Default::default(),
         permit: None,
+        host: None,
+        fit_epoch: 0,
+        read_only_error: false,
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);

@@ -2,10 +2,12 @@
 
 mod login;
 pub mod replies;
+mod role;
 
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
 pub use replies::{Owed, Replies, Request, Step};
+pub use role::{ask_role, HostRecord, Role, Topology};
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -130,6 +132,14 @@ pub struct ServerConn {
     pub replies: Replies,
     /// A slot of the pool's capacity, freed whenever this connection is dropped.
     pub permit: Option<OwnedSemaphorePermit>,
+    /// The host it is connected to (set once the login fits), which its reports keep current.
+    pub host: Option<std::sync::Arc<HostRecord>>,
+    /// The topology epoch at which it was last found to fit its pool: a release compares it
+    /// with the current one and looks closer only when they differ.
+    pub fit_epoch: u64,
+    /// It answered a statement with 25006 (read-only transaction): before another client
+    /// gets it, a pool that needs writes asks whether its host is still writable.
+    pub read_only_error: bool,
 }
 
 impl ServerConn {
@@ -137,8 +147,15 @@ impl ServerConn {
         &self.params
     }
 
-    /// Records a ParameterStatus from the server.
+    /// Records a ParameterStatus from the server. `in_hot_standby` turning off is a
+    /// promotion (protocol docs, "ParameterStatus"; PostgreSQL 14+): the host's record learns
+    /// it at once.
     pub fn set_param(&mut self, name: &str, value: &str) {
+        if name == "in_hot_standby" {
+            if let Some(h) = &self.host {
+                h.reported_hot_standby(value == "on");
+            }
+        }
         self.params.set(name, value);
         self.in_sync = None;
     }
