@@ -124,10 +124,11 @@ impl Session<'_> {
         // A reloaded mode applies from this transaction on; tracking switches only while the
         // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();
-        self.mode = cfg.pool.mode;
+        // The pool's mode: a `databases:` alias may set its own.
+        self.mode = self.pool.mode();
         super::timeouts::configure(&mut self.timeouts, &cfg.pool);
         if self.statements.is_empty() {
-            self.tracking = cfg.pool.track_prepared && cfg.pool.mode != PoolMode::Session;
+            self.tracking = cfg.pool.track_prepared && self.mode != PoolMode::Session;
         }
         self.max_prepared = cfg.pool.max_prepared_statements;
         self.max_client_prepared = cfg.pool.max_client_prepared_statements;

@@ -432,6 +432,8 @@ impl<'a> Session<'a> {
             PoolError::Server(_) => "server_unavailable",
             PoolError::CircuitOpen { .. } => "circuit_open",
             PoolError::Unavailable { .. } => "server_unavailable",
+            PoolError::NoHostFits { .. } => "no_host_fits",
+            PoolError::HoldExpired { .. } => "hold_expired",
         };
         self.shared
             .metrics

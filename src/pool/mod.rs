@@ -3,12 +3,21 @@
 
 mod connect;
 mod error;
+mod follow;
+mod hold;
+mod hosts;
+mod landing;
 mod maintenance;
 mod registry;
+mod settings;
+#[cfg(test)]
+mod tests;
 
 pub use connect::Backend;
 pub use error::{PoolError, ServerFailure};
+pub use hosts::{Host, Hosts, Route};
 pub use registry::{PoolKey, Pools};
+pub use settings::{resolve, PoolSettings, Resolved, RouteSpec};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,7 +27,6 @@ use rand::Rng;
 use tokio::sync::{oneshot, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
@@ -45,6 +53,9 @@ pub enum CloseReason {
     Retired,
     /// The session-mode reset query failed.
     ResetFailed,
+    /// Its host no longer fits the pool: a standby (or read-only) where writes are needed,
+    /// or a primary where a standby is.
+    Role,
 }
 
 impl CloseReason {
@@ -57,34 +68,7 @@ impl CloseReason {
             CloseReason::Unusable => "unusable",
             CloseReason::Retired => "retired",
             CloseReason::ResetFailed => "reset_failed",
-        }
-    }
-}
-
-/// Settings a pool reads; taken from the config when the pool is made.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PoolSettings {
-    pub size: usize,
-    pub min_size: usize,
-    pub max_waiting: usize,
-    pub query_wait_timeout: Duration,
-    pub round_robin: bool,
-    pub idle_timeout: Duration,
-    pub lifetime: Duration,
-    pub lifetime_jitter: f64,
-}
-
-impl PoolSettings {
-    pub fn from_config(cfg: &Config) -> Self {
-        PoolSettings {
-            size: cfg.pool.size,
-            min_size: cfg.pool.min_size,
-            max_waiting: cfg.pool.max_waiting_clients,
-            query_wait_timeout: cfg.pool.query_wait_timeout,
-            round_robin: cfg.pool.server_round_robin,
-            idle_timeout: cfg.server.idle_timeout,
-            lifetime: cfg.server.lifetime,
-            lifetime_jitter: cfg.server.lifetime_jitter,
+            CloseReason::Role => "role",
         }
     }
 }
@@ -107,6 +91,8 @@ struct Waiter {
     since: tokio::time::Instant,
     /// When the pool's deadline sweep answers it with 57014; `None`: no limit.
     deadline: Option<tokio::time::Instant>,
+    /// The deadline is the failover hold's: it is answered with 57P03 instead.
+    held: bool,
 }
 
 impl Waiter {
@@ -121,7 +107,6 @@ impl Waiter {
     }
 }
 
-#[derive(Default)]
 struct PoolState {
     idle: VecDeque<Server>,
     waiters: VecDeque<Waiter>,
@@ -131,6 +116,24 @@ struct PoolState {
     startup_params: Option<Arc<Params>>,
     /// The earliest waiter deadline the sweep is armed for.
     sweep_at: Option<tokio::time::Instant>,
+    /// The hosts servers come from and which of them fit (replaced by a reload).
+    route: Arc<Route>,
+    /// No host fitted at the last login and none has since: new waiters are held.
+    held: bool,
+}
+
+impl PoolState {
+    fn new(route: Route) -> Self {
+        PoolState {
+            idle: VecDeque::new(),
+            waiters: VecDeque::new(),
+            connecting: 0,
+            startup_params: None,
+            sweep_at: None,
+            route: Arc::new(route),
+            held: false,
+        }
+    }
 }
 
 /// A cloneable handle to one pool.
@@ -141,6 +144,7 @@ pub struct Pool {
 
 struct PoolInner {
     name: String,
+    /// Who logs in to which database; the host and port are each host's of the route.
     target: ServerTarget,
     settings: Mutex<PoolSettings>,
     /// Permits still to forget as servers come back, after the pool shrank.
@@ -166,6 +170,8 @@ struct PoolInner {
     database: String,
     user: String,
     mode: &'static str,
+    /// `settings.mode`, readable per transaction without the settings lock.
+    pool_mode: std::sync::atomic::AtomicU8,
 }
 
 impl Pool {
@@ -173,6 +179,7 @@ impl Pool {
         key: &PoolKey,
         mode: &'static str,
         target: ServerTarget,
+        route: Route,
         settings: PoolSettings,
         deps: PoolDeps,
     ) -> Pool {
@@ -189,9 +196,10 @@ impl Pool {
                 name: format!("{}/{}", key.database, key.user),
                 capacity: Arc::new(Semaphore::new(settings.size)),
                 target,
+                pool_mode: std::sync::atomic::AtomicU8::new(settings.mode as u8),
                 settings: Mutex::new(settings),
                 debt: std::sync::atomic::AtomicUsize::new(0),
-                state: Mutex::new(PoolState::default()),
+                state: Mutex::new(PoolState::new(route)),
                 events,
                 counters,
                 metrics,
@@ -227,6 +235,16 @@ impl Pool {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The pooling mode in force (read per transaction: no lock).
+    pub fn mode(&self) -> crate::config::PoolMode {
+        use crate::config::PoolMode;
+        match self.inner.pool_mode.load(Ordering::Relaxed) {
+            m if m == PoolMode::Session as u8 => PoolMode::Session,
+            m if m == PoolMode::Statement as u8 => PoolMode::Statement,
+            _ => PoolMode::Transaction,
+        }
+    }
+
     /// The settings in force.
     pub fn settings(&self) -> PoolSettings {
         *self
@@ -245,6 +263,9 @@ impl Pool {
                 .settings
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
+            self.inner
+                .pool_mode
+                .store(new.mode as u8, Ordering::Relaxed);
             std::mem::replace(&mut *s, new)
         };
         let cap = &self.inner.capacity;
@@ -365,7 +386,10 @@ impl Pool {
             pool: self.inner.name.clone(),
             database: self.inner.database.clone(),
             user: self.inner.user.clone(),
-            mode: self.inner.mode,
+            mode: match self.inner.mode {
+                "lookup" => "lookup",
+                _ => self.settings().mode.as_str(),
+            },
             clients_active: active,
             clients_waiting: waiting,
             clients_idle: (clients - active - waiting).max(0),
@@ -407,13 +431,17 @@ impl Pool {
     }
 
     fn take_idle(&self, st: &mut PoolState, round_robin: bool, now: Instant) -> Option<Server> {
-        while let Some(conn) = pop_idle(st, round_robin) {
+        while let Some(mut conn) = pop_idle(st, round_robin) {
             if conn.is_expired(now) {
                 self.close(conn, CloseReason::Lifetime);
                 continue;
             }
             if !conn.is_usable_idle() {
                 self.close(conn, CloseReason::Unusable);
+                continue;
+            }
+            if let Err(reason) = self.check_fit(&st.route, &mut conn) {
+                self.close(conn, reason);
                 continue;
             }
             return Some(conn);
@@ -437,7 +465,10 @@ impl Pool {
                 return Ok(conn);
             }
             if let Some(e) = self.circuit_open(&mut st) {
-                return Err(e);
+                if settings.hold_timeout.is_zero() {
+                    return Err(e);
+                }
+                self.hold_locked(&mut st, &settings);
             }
             let max_waiting = settings.max_waiting;
             if st.waiters.len() >= max_waiting {
@@ -449,8 +480,7 @@ impl Pool {
                     });
                 }
             }
-            let wait = settings.query_wait_timeout;
-            let deadline = (!wait.is_zero()).then(|| since + wait);
+            let (deadline, held) = Pool::deadline_for(&st, &settings, since);
             if let Some(d) = deadline {
                 if st.sweep_at.map_or(true, |at| d < at) {
                     st.sweep_at = Some(d);
@@ -462,6 +492,7 @@ impl Pool {
                 tx,
                 since,
                 deadline,
+                held,
             });
             self.spawn_connects(&mut st);
             rx
@@ -480,9 +511,17 @@ impl Pool {
             match w.deadline {
                 _ if w.is_closed() => {}
                 Some(d) if d <= now => {
-                    let err = PoolError::WaitTimeout {
-                        pool: self.inner.name.clone(),
-                        waited: d.duration_since(w.since),
+                    let waited = d.duration_since(w.since);
+                    let err = if w.held {
+                        PoolError::HoldExpired {
+                            database: self.inner.database.clone(),
+                            waited,
+                        }
+                    } else {
+                        PoolError::WaitTimeout {
+                            pool: self.inner.name.clone(),
+                            waited,
+                        }
                     };
                     let _ = w.send(Err(err));
                 }
@@ -516,6 +555,12 @@ impl Pool {
 
     /// As [`Pool::checkin`], with the caller's clock read.
     pub fn checkin_at(&self, mut conn: Server, now: Instant) {
+        if conn.read_only_error {
+            if self.lock().route.tsa().needs_writes() {
+                return self.verify_writable(conn);
+            }
+            conn.read_only_error = false;
+        }
         let over = self.inner.debt.load(Ordering::Relaxed) > 0;
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
             let reason = if conn.is_expired(now) {
@@ -529,6 +574,12 @@ impl Pool {
         }
         conn.last_used = now;
         let mut st = self.lock();
+        if let Err(reason) = self.check_fit(&st.route, &mut conn) {
+            drop(st);
+            self.close(conn, reason);
+            self.lock_and_spawn();
+            return;
+        }
         loop {
             let Some(w) = st.waiters.pop_front() else {
                 // Draining: keep no more idle servers than clients still attached (one that
@@ -642,130 +693,4 @@ async fn terminate(mut conn: Server) {
     let mut b = bytes::BytesMut::new();
     crate::protocol::frontend::terminate(&mut b);
     let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.send(&b)).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-
-    /// A pool whose one server is logging in to a listener that never answers.
-    fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
-        let mut cfg = Config::default();
-        cfg.pool.size = 1;
-        let settings = PoolSettings {
-            max_waiting,
-            query_wait_timeout: Duration::from_secs(1),
-            ..PoolSettings::from_config(&cfg)
-        };
-        let target = ServerTarget {
-            host: "127.0.0.1".into(),
-            port: listener.local_addr().unwrap().port(),
-            user: "u".into(),
-            database: "d".into(),
-            password: None,
-            connect_timeout: Duration::from_secs(3600),
-            tls: Default::default(),
-            allow_cleartext: false,
-        };
-        let key = PoolKey {
-            database: "d".into(),
-            user: "u".into(),
-        };
-        Pool::new(
-            &key,
-            "transaction",
-            target,
-            settings,
-            PoolDeps {
-                events: Events::new(crate::config::EventLevel::Off),
-                counters: Arc::new(Counters::default()),
-                metrics: Arc::new(Metrics::new()),
-                shutdown: CancellationToken::new(),
-                backend: Arc::new(Backend::from_config(&cfg)),
-                draining: Default::default(),
-            },
-        )
-    }
-
-    /// Admission is bounded in count (53300 at once beyond the cap) and in time (57014 at the
-    /// deadline), deterministically under paused time.
-    #[tokio::test(start_paused = true)]
-    async fn admission_cap_and_deadline() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let pool = stuck_pool(&listener, 2);
-        let waiting: Vec<_> = (0..2)
-            .map(|_| {
-                let p = pool.clone();
-                tokio::spawn(async move { p.checkout().await.map(|_| ()) })
-            })
-            .collect();
-        // Let both join the queue.
-        while pool.snapshot().clients_waiting < 2 {
-            tokio::task::yield_now().await;
-        }
-        let started = tokio::time::Instant::now();
-        tokio::time::advance(Duration::from_millis(400)).await;
-        let snap = pool.snapshot();
-        assert!(
-            (0.4..0.5).contains(&snap.max_wait_seconds),
-            "maxwait is the oldest waiter's wait: {snap:?}"
-        );
-        let refused = pool.checkout().await.map(|_| ()).unwrap_err();
-        assert_eq!(refused.sqlstate(), "53300", "{refused}");
-        for w in waiting {
-            let e = w.await.unwrap().unwrap_err();
-            assert_eq!(e.sqlstate(), "57014", "{e}");
-        }
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
-        // A waiter that gave up left the queue: there is room again.
-        assert_eq!(pool.snapshot().clients_waiting, 0);
-        assert_eq!(pool.snapshot().max_wait_seconds, 0.0);
-    }
-
-    /// One sweep serves waiters with different deadlines: after a reload shortens the wait, a
-    /// later waiter times out first, at its own deadline (before the next maintenance tick), and
-    /// the earlier one at its own.
-    #[tokio::test(start_paused = true)]
-    async fn sweep_answers_each_waiter_at_its_deadline() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let pool = stuck_pool(&listener, 10);
-        pool.update(PoolSettings {
-            query_wait_timeout: Duration::from_secs(10),
-            ..pool.settings()
-        });
-        let started = tokio::time::Instant::now();
-        let wait = |p: Pool| {
-            tokio::spawn(async move {
-                let e = p.checkout().await.map(|_| ()).unwrap_err();
-                (e.sqlstate().to_string(), tokio::time::Instant::now())
-            })
-        };
-        let long = wait(pool.clone());
-        while pool.snapshot().clients_waiting < 1 {
-            tokio::task::yield_now().await;
-        }
-        tokio::time::advance(Duration::from_millis(2100)).await;
-        pool.update(PoolSettings {
-            query_wait_timeout: Duration::from_millis(500),
-            ..pool.settings()
-        });
-        let short = wait(pool.clone());
-        let (code, at) = short.await.unwrap();
-        assert_eq!(code, "57014");
-        assert_eq!(
-            at - started,
-            Duration::from_millis(2600),
-            "the later waiter's own deadline"
-        );
-        assert_eq!(
-            pool.snapshot().clients_waiting,
-            1,
-            "the first is still waiting"
-        );
-        let (code, at) = long.await.unwrap();
-        assert_eq!(code, "57014");
-        assert_eq!(at - started, Duration::from_secs(10));
-        assert_eq!(pool.snapshot().clients_waiting, 0);
-    }
 }

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Pool, PoolDeps, PoolSettings};
+use super::settings::{default_hosts, resolve, Resolved, RouteSpec};
+use super::{Backend, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell, Secret};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
@@ -75,7 +76,8 @@ impl Pools {
         }
     }
 
-    /// A server login for `user` on `database` with this `password`, as configured.
+    /// A server login for `user` on `database` with this `password`, as configured (the
+    /// host and port are each route host's, filled in at login).
     fn target(
         &self,
         cfg: &Config,
@@ -84,8 +86,8 @@ impl Pools {
         password: Option<Secret>,
     ) -> ServerTarget {
         ServerTarget {
-            host: cfg.server.host.clone(),
-            port: cfg.server.port,
+            host: String::new(),
+            port: 0,
             user,
             database,
             password,
@@ -122,31 +124,38 @@ impl Pools {
         }
         let cfg = self.config.load();
         let cfg = &*cfg;
+        let Resolved { settings, route } = resolve(cfg, key);
         let target = self.target(
             cfg,
             cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
-            cfg.server
-                .database
-                .clone()
-                .unwrap_or_else(|| key.database.clone()),
+            route.dbname.clone(),
             cfg.server.password.clone(),
         );
+        let route = Route::new(route, &self.backend.hosts);
         let pool = Pool::new(
             key,
-            cfg.pool.mode.as_str(),
+            settings.mode.as_str(),
             target,
-            PoolSettings::from_config(cfg),
+            route,
+            settings,
             self.deps(),
         );
         map.insert(key.clone(), pool.clone());
         pool
     }
 
-    /// Applies reloaded pool settings to every pool; a lookup pool for an auth user or
-    /// database no longer configured is retired.
+    /// Applies reloaded pool settings and hosts to every pool (each resolved as a new pool
+    /// of its key would be); a lookup pool for an auth user or database no longer configured
+    /// is retired.
     pub fn apply(&self, cfg: &Config) {
-        for pool in self.all() {
-            pool.update(PoolSettings::from_config(cfg));
+        let pools: Vec<(PoolKey, Pool)> = {
+            let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.iter().map(|(k, p)| (k.clone(), p.clone())).collect()
+        };
+        for (key, pool) in pools {
+            let Resolved { settings, route } = resolve(cfg, &key);
+            pool.update(settings);
+            pool.set_route(route);
         }
         let current = lookup_key(cfg);
         let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
@@ -154,6 +163,7 @@ impl Pools {
             let keep = current.as_ref() == Some(key);
             if keep {
                 pool.update(lookup_settings(cfg));
+                pool.set_route(lookup_route(cfg));
             } else {
                 pool.retire();
             }
@@ -174,7 +184,15 @@ impl Pools {
             key.database.clone(),
             cfg.auth.auth_password.clone(),
         );
-        let pool = Pool::new(&key, "lookup", target, lookup_settings(cfg), self.deps());
+        let route = Route::new(lookup_route(cfg), &self.backend.hosts);
+        let pool = Pool::new(
+            &key,
+            "lookup",
+            target,
+            route,
+            lookup_settings(cfg),
+            self.deps(),
+        );
         lookups.insert(key, pool.clone());
         Some(pool)
     }
@@ -221,5 +239,15 @@ fn lookup_settings(cfg: &Config) -> PoolSettings {
         size: cfg.auth.auth_pool_size,
         min_size: 0,
         ..PoolSettings::from_config(cfg)
+    }
+}
+
+/// A lookup pool's hosts: the `server:` ones, in the `server:` roles (a lookup reads).
+fn lookup_route(cfg: &Config) -> RouteSpec {
+    RouteSpec {
+        dbname: cfg.auth.auth_database.clone(),
+        hosts: default_hosts(cfg),
+        tsa: cfg.server.target_session_attrs,
+        lb: cfg.server.load_balance_hosts,
     }
 }
