@@ -3,6 +3,7 @@ mod badinput;
 mod codec;
 mod core;
 mod differential;
+mod failover;
 mod faults;
 mod kind_checker;
 mod lifecycle;
