@@ -160,6 +160,12 @@ fn check_resumed(outcomes: &[Outcome], stopped: Instant, promoting: Instant, pro
         .expect("writes resumed");
     assert!(first > promoting, "a write succeeded with no primary");
     let after = first.saturating_duration_since(promoted);
+    eprintln!(
+        "promotion took {:?}; first write {:?} after it; {} writes failed",
+        promoted - promoting,
+        after,
+        outcomes.iter().filter(|o| o.error.is_some()).count()
+    );
     assert!(
         after <= Duration::from_secs(1),
         "first write {after:?} after the promotion"
@@ -181,7 +187,8 @@ async fn switchover_without_hold_writes_resume_within_a_second() {
     let errors: Vec<&String> = outcomes.iter().filter_map(|o| o.error.as_ref()).collect();
     // Between the stop and the promotion there is no primary: the pooler says so, 57P03.
     assert!(!errors.is_empty(), "no primary for a second, yet no error");
-    assert!(errors.iter().all(|c| *c == "57P03"), "{errors:?}");
+    let other: Vec<&&String> = errors.iter().filter(|c| **c != "57P03").take(10).collect();
+    assert!(other.is_empty(), "errors other than 57P03: {other:?}");
     let new_primary = "[POOL] host 127.0.0.1:";
     assert!(
         pooler
@@ -198,6 +205,14 @@ async fn switchover_with_hold_no_client_sees_an_error() {
     let (outcomes, stopped, promoting, promoted, _pooler) =
         run_switchover("failover:\n  hold_timeout: 10s\n").await;
     check_resumed(&outcomes, stopped, promoting, promoted);
-    let errors: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
-    assert!(errors.is_empty(), "{errors:?}");
+    let errors: Vec<(usize, &String)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o.writer, o.error.as_ref()?)))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} errors, the first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(10)]
+    );
 }
