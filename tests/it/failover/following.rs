@@ -96,8 +96,8 @@ async fn a_reload_moves_an_alias_to_other_hosts() {
     let (a, b) = (support::shared().port, pair.primary().port);
     let alias = |port: u16, size: usize| {
         format!(
-            "databases:\n  app:\n    dbname: {DB}\n    hosts: [\"127.0.0.1:{port}\"]\n    \
-             pool_size: {size}\n    mode: transaction\n"
+            "admin:\n  console_users: [{USER}]\ndatabases:\n  app:\n    dbname: {DB}\n    \
+             hosts: [\"127.0.0.1:{port}\"]\n    pool_size: {size}\n    mode: transaction\n"
         )
     };
     let pooler = block_in_place(|| Pooler::start_with_hosts(&alias(a, 2)));
@@ -132,5 +132,27 @@ async fn a_reload_moves_an_alias_to_other_hosts() {
         pooler.lines().iter().any(|l| l == "[POOL] server 1 closed"),
         "{:?}",
         pooler.lines()
+    );
+    // The console shows the alias as it resolves now.
+    let console = pooler.connect(USER, "droidpool").await;
+    let rows = console.simple_query("SHOW DATABASES").await.unwrap();
+    let app = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("app") => Some(r),
+            _ => None,
+        })
+        .expect("a row for the alias");
+    let port = b.to_string();
+    let cols = ["host", "port", "database", "pool_size", "pool_mode"].map(|c| app.get(c));
+    assert_eq!(
+        cols,
+        [
+            Some("127.0.0.1"),
+            Some(&*port),
+            Some(DB),
+            Some("3"),
+            Some("transaction")
+        ]
     );
 }
