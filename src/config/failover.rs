@@ -12,6 +12,7 @@ use super::PoolMode;
 /// Which servers a pool may use, with libpq's names and meanings (libpq, "Connection
 /// Parameters", `target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "operator", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum TargetSessionAttrs {
     /// Any server.
@@ -53,6 +54,7 @@ impl TargetSessionAttrs {
 
 /// In which order a pool's hosts are tried (libpq 16's `load_balance_hosts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "operator", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum LoadBalanceHosts {
     /// In the order listed.

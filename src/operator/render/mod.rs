@@ -2,9 +2,12 @@
 //! share the budget) become the pooler's own typed `Config`, its YAML and hashes, and the
 //! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
 
+mod failover;
 mod objects;
 #[cfg(test)]
 mod tests;
+
+pub use failover::{Facts, CNPG_HOLD};
 
 pub use objects::{
     config_map, deployment, labels, pdb, selector_labels, selector_string, service,
@@ -47,6 +50,10 @@ pub enum RenderError {
          LoadBalancer Service"
     )]
     TrafficPolicyOnClusterIp,
+    #[error(
+        "set exactly one of spec.server.host, spec.server.hosts and spec.server.cloudNativePG"
+    )]
+    ServerChoice,
 }
 
 /// The per-pooler pool size and how it was reached.
@@ -95,6 +102,15 @@ pub struct Rendered {
 
 /// Validates the spec and renders the pooler config for `poolers` poolers.
 pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderError> {
+    render_with(spec, poolers, Facts::default())
+}
+
+/// As [`render`], with what else was observed (a CloudNativePG switchover).
+pub fn render_with(
+    spec: &PoolConfigSpec,
+    poolers: u32,
+    facts: Facts,
+) -> Result<Rendered, RenderError> {
     if let Target::Deployment(t) = &spec.target {
         if t.service.external_traffic_policy.is_some()
             && t.service.type_ == crd::ServiceType::ClusterIP
@@ -103,7 +119,8 @@ pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderErr
         }
     }
     let sizing = sizing(spec, poolers)?;
-    let config = pooler_config(spec, sizing.pool_size)?;
+    let mut config = pooler_config(spec, sizing.pool_size)?;
+    failover::failover(&mut config, spec, facts)?;
     config
         .validate()
         .map_err(|e| RenderError::Config(e.to_string()))?;
@@ -243,11 +260,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     // 20,000 container log lines a second; the same facts are in the metrics.
     c.log.events = config::EventLevel::Lifecycle;
     c.pool.size = pool_size as usize;
-    c.pool.mode = match spec.mode {
-        crd::Mode::Session => config::PoolMode::Session,
-        crd::Mode::Transaction => config::PoolMode::Transaction,
-        crd::Mode::Statement => config::PoolMode::Statement,
-    };
+    c.pool.mode = failover::pool_mode(spec.mode);
     c.pool.track_prepared = spec.track_prepared;
     if let Some(n) = spec.max_client_connections {
         c.client.max_connections = n as usize;
@@ -255,7 +268,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     if let Some(d) = duration("spec.queryWaitTimeout", &spec.query_wait_timeout)? {
         c.pool.query_wait_timeout = d;
     }
-    server(&mut c, &spec.server);
+    server(&mut c, &spec.server)?;
     client_auth(&mut c, spec.client_auth.as_ref(), deployed)?;
     resilience(&mut c, spec)?;
     let drain = spec.drain.clone().unwrap_or_default();
@@ -273,9 +286,8 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     Ok(c)
 }
 
-fn server(c: &mut Config, s: &crd::ServerSpec) {
-    c.server.host = s.host.clone();
-    c.server.port = s.port;
+fn server(c: &mut Config, s: &crd::ServerSpec) -> Result<(), RenderError> {
+    failover::server(c, s)?;
     c.server.database = s.database.clone();
     c.server.user = s.user.clone();
     // The Secret is mounted as a file; the password never enters the ConfigMap.
@@ -283,6 +295,7 @@ fn server(c: &mut Config, s: &crd::ServerSpec) {
         .password_secret
         .as_ref()
         .map(|r| PathBuf::from(SERVER_PASSWORD_DIR).join(&r.key));
+    Ok(())
 }
 
 fn client_auth(
