@@ -41,8 +41,8 @@ impl Events {
         self.emit(format_args!("server {server} closed"));
     }
 
-    /// A host's role as a login or a report found it: the primary changed when a host turns
-    /// `primary`.
+    /// A host's role changed, as a login or a report found it: the primary changed when a
+    /// host turns `primary`.
     pub fn host_role(&self, host: &str, role: &str, was: &str) {
         self.emit(format_args!("host {host} is {role} (was {was})"));
     }

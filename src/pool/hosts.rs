@@ -71,8 +71,9 @@ impl Hosts {
         map.values().cloned().collect()
     }
 
-    /// Publishes each role learned since the last call: `droidpool_server_role` and a
-    /// `[POOL]` line. Whichever pool notices a change first publishes it, once.
+    /// Publishes each role learned since the last call: `droidpool_server_role`, and a
+    /// `[POOL]` line when a host's role changed. Whichever pool notices a change first
+    /// publishes it, once.
     pub fn publish_roles(&self, metrics: &Metrics, events: &Events) {
         for host in self.all() {
             let Some((now, before)) = host.record.take_change() else {
@@ -87,10 +88,15 @@ impl Hosts {
                     .with_label_values(&[name, role.label()])
                     .set(i64::from(on));
             }
-            let was = before.map_or("unknown", Role::label);
-            if was != now.label() {
-                tracing::warn!(host = name, role = now.label(), was, "server role");
-                events.host_role(name, now.label(), was);
+            // A change of role, not the first one learned: the event lines are a contract, and
+            // a pooler with one host must print what it always printed.
+            match before.map(Role::label) {
+                Some(was) if was != now.label() => {
+                    tracing::warn!(host = name, role = now.label(), was, "server role changed");
+                    events.host_role(name, now.label(), was);
+                }
+                Some(_) => {}
+                None => tracing::info!(host = name, role = now.label(), "server role"),
             }
         }
     }
