@@ -227,28 +227,10 @@ impl Pool {
                     self.note_breaker(host, before);
                     tries[i].backoff.reset();
                     tries[i].error = None;
-                    if role.is_some_and(|r| !r.fits(tsa)) {
-                        round.misfits.push(misfit(host, role));
-                        tokio::spawn(super::terminate(Box::new(conn)));
-                        continue;
+                    let rest = &order[pos + 1..];
+                    if let Some(conn) = settle(route, rest, host, conn, role, round) {
+                        return Ok(Some(conn));
                     }
-                    let standby = role.is_some_and(|r| r.standby);
-                    let more = order[pos + 1..]
-                        .iter()
-                        .any(|&j| route.hosts[j].record.role() != Some(Role::PRIMARY));
-                    if tsa == TargetSessionAttrs::PreferStandby && !standby && more {
-                        match round.fallback {
-                            None => round.fallback = Some(conn),
-                            Some(_) => {
-                                tokio::spawn(super::terminate(Box::new(conn)));
-                            }
-                        }
-                        continue;
-                    }
-                    if let Some(spare) = round.fallback.take() {
-                        tokio::spawn(super::terminate(Box::new(spare)));
-                    }
-                    return Ok(Some(conn));
                 }
                 // The database answered: the host is up, the settings are wrong.
                 Err(e) if e.is_config_error() => {
@@ -259,11 +241,10 @@ impl Pool {
                 Err(e) => {
                     permit.record_failure(now);
                     self.note_breaker(host, before);
-                    let t = &mut tries[i];
-                    tracing::warn!(pool = %self.inner.name, host = %host.record.name, error = %e, attempt = t.backoff.attempt(), "server login failed");
-                    let at = now + t.backoff.next_delay(&mut rand::thread_rng());
-                    t.not_before = Some(at);
-                    t.error = Some(e);
+                    tracing::warn!(pool = %self.inner.name, host = %host.record.name, error = %e, attempt = tries[i].backoff.attempt(), "server login failed");
+                    let at = now + tries[i].backoff.next_delay(&mut rand::thread_rng());
+                    tries[i].not_before = Some(at);
+                    tries[i].error = Some(e);
                     round.failed = true;
                     round.wake_at(at);
                 }
@@ -371,6 +352,42 @@ impl Pool {
             retry_after,
         }
     }
+}
+
+/// What a login that succeeded leads to: the connection to use, or `None` (try the next
+/// host) when it did not fit (it is closed) or is a primary kept as prefer-standby's fallback
+/// while hosts that may be standbys are left (`rest`: the positions still to try).
+fn settle(
+    route: &Route,
+    rest: &[usize],
+    host: &Host,
+    conn: ServerConn,
+    role: Option<Role>,
+    round: &mut Round,
+) -> Option<ServerConn> {
+    let tsa = route.tsa();
+    if role.is_some_and(|r| !r.fits(tsa)) {
+        round.misfits.push(misfit(host, role));
+        tokio::spawn(super::terminate(Box::new(conn)));
+        return None;
+    }
+    let standby = role.is_some_and(|r| r.standby);
+    let more = rest
+        .iter()
+        .any(|&j| route.hosts[j].record.role() != Some(Role::PRIMARY));
+    if tsa == TargetSessionAttrs::PreferStandby && !standby && more {
+        match round.fallback {
+            None => round.fallback = Some(conn),
+            Some(_) => {
+                tokio::spawn(super::terminate(Box::new(conn)));
+            }
+        }
+        return None;
+    }
+    if let Some(spare) = round.fallback.take() {
+        tokio::spawn(super::terminate(Box::new(spare)));
+    }
+    Some(conn)
 }
 
 /// How a host that did not fit is described to a client.
