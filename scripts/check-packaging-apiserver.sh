@@ -92,6 +92,12 @@ k -n droid-pool-system get deployment/droid-pool-operator service/droid-pool-ope
 for ns in apps droid-pool-demo; do
   k create namespace "$ns" >/dev/null
 done
+# CloudNativePG's Cluster (the stand-in CRD a 1.20 server accepts), so that kubectl can name
+# clusters.postgresql.cnpg.io in the checks below, as on a cluster that runs CloudNativePG.
+k create -f tests/operator/cnpg-cluster-crd-minimal.yaml >/dev/null \
+  || die "installing the stand-in CloudNativePG Cluster CRD"
+k wait --for=condition=Established crd/clusters.postgresql.cnpg.io --timeout=60s >/dev/null \
+  || die "the Cluster CRD is not established"
 sa=system:serviceaccount:droid-pool-system:droid-pool-operator
 can() {
   local want=$1 ns=$2

@@ -257,14 +257,14 @@ section "yamllint"
 
 # --- shell scripts ------------------------------------------------------------
 section "shell scripts (bash -n, shellcheck)"
-scripts=(tests/kind/*.sh chaos/gameday/run.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
+scripts=(tests/kind/*.sh chaos/gameday/run.sh chaos/gameday/switchover.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
   scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py \
+  tests/kind/prepared_checks.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"

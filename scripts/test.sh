@@ -60,10 +60,12 @@ step_drivers() {
   bash scripts/driver-tests.sh
 }
 
-# The game day in its short form (10 s faults) for droid-pool, pass conditions asserted; it
-# says SKIP where network namespaces or nft are not allowed.
+# The game days in their short forms, for droid-pool, pass conditions asserted: network
+# faults (10 s each), and a switchover (primary stopped, standby promoted 2 s later) with and
+# without failover.hold_timeout. They say SKIP where network namespaces or nft are not allowed.
 step_gameday() {
   bash chaos/gameday/run.sh --short --targets droid-pool --no-publish --skip-unsupported
+  bash chaos/gameday/switchover.sh --short --targets droid-pool,droid-pool-hold --no-publish --skip-unsupported
 }
 
 # Each cargo-fuzz target for 10 seconds (cargo-fuzz installed when missing; a machine that

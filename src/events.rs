@@ -41,6 +41,12 @@ impl Events {
         self.emit(format_args!("server {server} closed"));
     }
 
+    /// A host's role changed, as a login or a report found it: the primary changed when a
+    /// host turns `primary`.
+    pub fn host_role(&self, host: &str, role: &str, was: &str) {
+        self.emit(format_args!("host {host} is {role} (was {was})"));
+    }
+
     pub fn client_uses_server(&self, client: u64, server: u64) {
         if self.transactions {
             self.emit(format_args!("client {client} uses server {server}"));

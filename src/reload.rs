@@ -1,7 +1,8 @@
 //! Hot reload: on SIGHUP, `POST /reload`, or a change of the config file on disk (including a
 //! Kubernetes ConfigMap update, which swaps a `..data` symlink instead of writing the file),
 //! the file is parsed, validated and diffed; a valid one is applied (pool sizes at once, mode
-//! and track-prepared for new transactions), an invalid one is refused with a clear log line
+//! and track-prepared for new transactions, each pool's hosts and roles as its servers are next
+//! released), an invalid one is refused with a clear log line
 //! and the old configuration stays. The credential files (users file, passwords directory) and
 //! TLS files are watched the same way and re-read on their own when they change (cert-manager
 //! rotates a Secret in place): new logins and handshakes use them, connected clients stay.

@@ -90,7 +90,7 @@ async def one_attempt(a, slot, timeout):
         left = t_end - time.monotonic()
         if left <= 0:
             return TIMEOUT
-        await slot.conn.execute(SQL, timeout=left)
+        await slot.conn.execute(a.sql, timeout=left)
         return OK
     except asyncpg.PostgresError as e:
         code = getattr(e, "sqlstate", None) or CONN
@@ -109,11 +109,11 @@ async def run_action(a, slots, rec):
     good = a.kind == "good"
     t0 = now()
     m0 = time.monotonic()
-    deadline = m0 + (GOOD_DEADLINE if good else NAIVE_TIMEOUT * NAIVE_ATTEMPTS)
+    deadline = m0 + (GOOD_DEADLINE if good else a.attempt_timeout * NAIVE_ATTEMPTS)
     attempts = GOOD_ATTEMPTS if good else NAIVE_ATTEMPTS
     try:
         slot = await asyncio.wait_for(
-            slots.get(), timeout=GOOD_DEADLINE if good else NAIVE_TIMEOUT
+            slots.get(), timeout=GOOD_DEADLINE if good else a.attempt_timeout
         )
     except (asyncio.TimeoutError, TimeoutError):
         rec["actions"].append([round(t0, 4), round(now() - t0, 4), "no_client_conn", 0])
@@ -124,7 +124,7 @@ async def run_action(a, slots, rec):
         for n in range(1, attempts + 1):
             ts = now()
             m = time.monotonic()
-            timeout = (deadline - m) if good else NAIVE_TIMEOUT
+            timeout = (deadline - m) if good else a.attempt_timeout
             code = await one_attempt(a, slot, timeout)
             rec["attempts"].append([round(ts, 4), round(now() - ts, 4), code, round(timeout, 4)])
             if code == OK or n == attempts:
@@ -179,7 +179,7 @@ async def load(a):
         i += 1
     # Let actions in flight finish (bounded by their own timeouts).
     if tasks:
-        await asyncio.wait(tasks, timeout=NAIVE_TIMEOUT * 3 + GOOD_DEADLINE)
+        await asyncio.wait(tasks, timeout=a.attempt_timeout * 3 + GOOD_DEADLINE)
     with open(a.out, "w") as f:
         json.dump(rec, f, separators=(",", ":"))
     os._exit(0)  # do not wait for connections stuck in a black hole
@@ -886,6 +886,9 @@ def main():
     lp.add_argument("--start", type=float, required=True)
     lp.add_argument("--end", type=float, required=True)
     lp.add_argument("--seed", type=int, default=1)
+    lp.add_argument("--sql", default=SQL, help="what each attempt runs (simple protocol)")
+    lp.add_argument("--attempt-timeout", type=float, default=NAIVE_TIMEOUT,
+                    help="a naive client's limit per attempt, seconds")
     lp.add_argument("--out", required=True)
     cp = sub.add_parser("collect")
     cp.add_argument("--target", choices=("droid-pool", "pgbouncer"), required=True)

@@ -21,11 +21,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 HERE=$ROOT/chaos/gameday
 
-log() { printf '[gameday %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() {
-  log "$*"
-  exit 2
-}
+# shellcheck source=chaos/gameday/lib.sh
+source "$HERE/lib.sh"
 
 SHORT=0
 SKIP_UNSUPPORTED=0
@@ -81,78 +78,7 @@ PG_PORT=5432
 POOL_PORT=6432
 ADMIN_PORT=9127
 
-# --- what this machine must allow --------------------------------------------------------
-unsupported() {
-  if [[ $SKIP_UNSUPPORTED -eq 1 ]]; then
-    log "SKIP: $*"
-    exit 0
-  fi
-  die "$*"
-}
-[[ $(id -u) -eq 0 ]] || unsupported "run as root: network namespaces and nft need it"
-apt_install() {
-  log "apt-get install $*"
-  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-  fi
-}
-command -v ip >/dev/null 2>&1 || apt_install iproute2
-command -v nft >/dev/null 2>&1 || apt_install nftables
-if ! ip netns add dpgd-check 2>/dev/null; then
-  unsupported "cannot create a network namespace here (ip netns add failed): the game day needs CAP_SYS_ADMIN and CAP_NET_ADMIN"
-fi
-if ! ip netns exec dpgd-check nft add table inet dpgd_check 2>/dev/null; then
-  ip netns del dpgd-check
-  unsupported "nft cannot add a table inside a network namespace here (no nf_tables in this kernel?)"
-fi
-ip netns del dpgd-check
-
-if initdb_path=$(command -v initdb 2>/dev/null); then
-  PG_BIN=$(dirname "$(readlink -f "$initdb_path")")
-else
-  PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -type d -name bin 2>/dev/null | sort -V | tail -n 1)
-fi
-if [[ -z ${PG_BIN:-} || ! -x $PG_BIN/initdb ]]; then
-  apt_install postgresql
-  PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -type d -name bin | sort -V | tail -n 1)
-fi
-[[ -f $("$PG_BIN/pg_config" --pkglibdir 2>/dev/null || echo /nonexistent)/pg_stat_statements.so ]] ||
-  [[ -f $PG_BIN/../lib/pg_stat_statements.so ]] || die "pg_stat_statements is not installed for $PG_BIN"
-id -u postgres >/dev/null 2>&1 || die "the OS user postgres is missing (scripts/ensure-deps.sh creates it)"
-PSQL=$(command -v psql || echo "$PG_BIN/psql")
-
-if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; then
-  # Its package would start a service on 6432: forbid service starts for the install.
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    apt_install pgbouncer
-    rm -f /usr/sbin/policy-rc.d
-  else
-    apt_install pgbouncer
-  fi
-fi
-PGBOUNCER=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
-PGB_VERSION=$("$PGBOUNCER" --version | head -n 1)
-
-log "cargo build --release --bin droid-pool"
-cargo build --release --bin droid-pool --quiet
-POOLER=$ROOT/target/release/droid-pool
-VERSION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n $(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null) ]]; then
-  VERSION+=" with uncommitted changes"
-fi
-
-VENV=$ROOT/target/gameday-venv
-if ! "$VENV/bin/python" -c 'import asyncpg, matplotlib' >/dev/null 2>&1; then
-  log "creating $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$HERE/requirements.txt"
-fi
-PY=$VENV/bin/python
-GD=("$PY" "$HERE/gameday.py")
+gameday_prerequisites
 
 # --- work dir, cleanup ---------------------------------------------------------------------
 WORK=$(mktemp -d /tmp/dpgd.XXXXXX)
@@ -173,16 +99,6 @@ pg_ctl() { (cd "$WORK" && in_db runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PGD
 psql_pg() { "$PSQL" -X -q -A -t -v ON_ERROR_STOP=1 -h "$PGSOCK" -p "$PG_PORT" -U postgres "$@"; }
 pg_running() { [[ -S $PGSOCK/.s.PGSQL.$PG_PORT ]] && psql_pg -d postgres -c 'SELECT 1' >/dev/null 2>&1; }
 
-stop_pid() {
-  local pid=$1
-  kill "$pid" 2>/dev/null || return 0
-  for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
-
 cleanup() {
   set +e
   for pid in "${PIDS[@]}"; do
@@ -200,20 +116,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- network -------------------------------------------------------------------------------
-for ns in "$NS_APP" "$NS_DB"; do
-  # Left by an interrupted run of this script: the names are ours.
-  ip netns del "$ns" 2>/dev/null || true
-done
-ip netns add "$NS_DB"
-ip netns add "$NS_APP"
-ip -n "$NS_DB" link add veth-db type veth peer name veth-app netns "$NS_APP"
-ip -n "$NS_DB" addr add "$DB_IP/24" dev veth-db
-ip -n "$NS_APP" addr add "$APP_IP/24" dev veth-app
-for ns in "$NS_DB" "$NS_APP"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$NS_DB" link set veth-db up
-ip -n "$NS_APP" link set veth-app up
+gameday_network "$DB_IP"
 log "namespaces $NS_DB ($DB_IP) and $NS_APP ($APP_IP) joined by a veth pair"
 
 # --- PostgreSQL ------------------------------------------------------------------------------
@@ -253,60 +156,7 @@ pool: {mode: transaction, size: $POOL_SIZE, max_waiting_clients: $MAX_WAITING, q
 admin: {addr: 127.0.0.1, port: $ADMIN_PORT}
 log: {events: false}
 YAML
-mkdir -p "$WORK/pgb"
-printf '"gameday" ""\n"postgres" ""\n' >"$WORK/pgb/userlist.txt"
-# PgBouncer as shipped, but for the pool: server_login_retry 15 s, query_wait_timeout 120 s.
-cat >"$WORK/pgb/pgbouncer.ini" <<INI
-[databases]
-gameday = host=$DB_IP port=$PG_PORT dbname=gameday
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $POOL_PORT
-unix_socket_dir =
-auth_type = trust
-auth_file = $WORK/pgb/userlist.txt
-pool_mode = transaction
-default_pool_size = $POOL_SIZE
-max_client_conn = 2000
-admin_users = gameday
-logfile = $WORK/pgb/pgbouncer.log
-pidfile = $WORK/pgb/pgbouncer.pid
-INI
-chown -R postgres: "$WORK/pgb"
-
-start_pooler() {
-  local target=$1 dir=$2
-  if [[ $target == droid-pool ]]; then
-    # Not through a shell function: $! must be the pooler itself (ip netns exec execs it).
-    ip netns exec "$NS_APP" "$POOLER" --config "$WORK/droid-pool.yaml" >"$dir/pooler.out" 2>"$dir/pooler.err" &
-    POOLER_PID=$!
-  else
-    rm -f "$WORK/pgb/pgbouncer.pid"
-    (cd "$WORK/pgb" && exec ip netns exec "$NS_APP" runuser -u postgres -- "$PGBOUNCER" "$WORK/pgb/pgbouncer.ini") >"$dir/pooler.out" 2>&1 &
-    POOLER_PID=$!
-  fi
-  PIDS+=("$POOLER_PID")
-  for _ in $(seq 1 100); do
-    if in_app "$PSQL" -X -q -h 127.0.0.1 -p "$POOL_PORT" -U gameday -d gameday -tAc 'SELECT 1' >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  die "$target did not answer on $POOL_PORT: $(tail -n 20 "$dir/pooler.err" "$dir/pooler.out" 2>/dev/null)"
-}
-
-stop_pooler() {
-  local target=$1 dir=$2
-  if [[ $target == pgbouncer && -f $WORK/pgb/pgbouncer.pid ]]; then
-    stop_pid "$(cat "$WORK/pgb/pgbouncer.pid")"
-    cp "$WORK/pgb/pgbouncer.log" "$dir/pgbouncer.log" 2>/dev/null || true
-    : >"$WORK/pgb/pgbouncer.log"
-  fi
-  # droid-pool would drain for seconds on SIGTERM; nothing here needs a graceful end.
-  kill -KILL "$POOLER_PID" 2>/dev/null || true
-  wait "$POOLER_PID" 2>/dev/null || true
-}
+gameday_pgbouncer_config "$DB_IP"
 
 FAULT_NFT=$WORK/fault.nft
 inject() {
@@ -338,9 +188,6 @@ heal() {
   esac
 }
 
-epoch() { date +%s.%N; }
-sleep_until() { "$PY" -c 'import sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time()))' "$1"; }
-add() { "$PY" -c 'import sys; print(f"{sum(map(float, sys.argv[1:])):.3f}")' "$@"; }
 
 run_one() {
   local target=$1 scenario=$2
@@ -350,7 +197,7 @@ run_one() {
   psql_pg -d gameday -c 'SELECT pg_stat_statements_reset()' >/dev/null
   local offset
   offset=$(stat -c %s "$PGLOG")
-  start_pooler "$target" "$dir"
+  gameday_start_pooler "$target" "$dir"
   local t0 fault_at heal_at end
   t0=$(add "$(epoch)" 4)
   fault_at=$(add "$t0" "$WARMUP" "$BASELINE")
@@ -383,7 +230,7 @@ run_one() {
   for pid in "${pids[@]}"; do
     wait "$pid" || failed=1
   done
-  stop_pooler "$target" "$dir"
+  gameday_stop_pooler "$target" "$dir"
   tail -c +$((offset + 1)) "$PGLOG" >"$dir/postgres.log"
   if [[ $failed -ne 0 ]]; then
     log "$target / $scenario: a load or collector process failed:"

@@ -10,7 +10,7 @@ use super::io::read_some;
 use super::pass::Pass;
 use super::session::Session;
 use crate::config::PoolMode;
-use crate::pool::{CloseReason, PoolSettings};
+use crate::pool::CloseReason;
 use crate::protocol::backend;
 use crate::server::Server;
 
@@ -148,7 +148,8 @@ impl Session<'_> {
         // A reloaded mode applies from this transaction on; tracking switches only while the
         // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();
-        self.mode = PoolSettings::mode_for(&cfg, self.pool.user());
+        // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
+        self.mode = self.pool.mode();
         super::timeouts::configure(&mut self.timeouts, &cfg.pool);
         if self.statements.is_empty() {
             self.tracking = cfg.pool.track_prepared && self.mode != PoolMode::Session;

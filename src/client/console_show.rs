@@ -112,30 +112,39 @@ fn flag(b: bool) -> String {
     u8::from(b).to_string()
 }
 
-/// One row per database clients have asked for (droid-pool has no `[databases]` list: each
-/// is served by the configured server).
+/// One row per `databases:` alias and per database clients have asked for, each as its
+/// pools are resolved (the host column: the first of its hosts).
 pub fn databases(shared: &Shared) -> Vec<Vec<String>> {
     let cfg = shared.config.load();
-    let mut by_db: BTreeMap<String, (i64, &'static str, i64)> = BTreeMap::new();
+    let mut by_db: BTreeMap<String, i64> = cfg.databases.keys().map(|k| (k.clone(), 0)).collect();
     for s in snapshots(shared) {
-        let max = s.limits.max_db_connections;
-        let e = by_db.entry(s.database.clone()).or_insert((0, s.mode, max));
-        e.0 += servers_open(&s);
+        *by_db.entry(s.database.clone()).or_insert(0) += servers_open(&s);
     }
     by_db
         .into_iter()
-        .map(|(name, (open, mode, max))| {
+        .map(|(name, open)| {
+            let key = crate::pool::PoolKey {
+                database: name.clone(),
+                user: String::new(),
+            };
+            let r = crate::pool::resolve(&cfg, &key);
+            let (host, port) = r
+                .route
+                .hosts
+                .first()
+                .map(|h| (h.host.clone(), h.port.to_string()))
+                .unwrap_or_default();
             vec![
                 name.clone(),
-                cfg.server.host.clone(),
-                cfg.server.port.to_string(),
-                cfg.server.database.clone().unwrap_or_else(|| name.clone()),
+                host,
+                port,
+                r.route.dbname,
                 cfg.server.user.clone().unwrap_or_default(),
-                cfg.pool.size.to_string(),
+                r.settings.size.to_string(),
                 cfg.pool.min_size.to_string(),
-                cfg.pool.reserve_size.to_string(),
-                mode.into(),
-                max.to_string(),
+                r.settings.reserve_size.to_string(),
+                r.settings.mode.as_str().into(),
+                crate::pool::PoolSettings::max_db_connections(&cfg, &name).to_string(),
                 open.to_string(),
                 flag(shared.lifecycle.is_paused_for(&name)),
                 flag(shared.lifecycle.is_disabled(&name)),

@@ -28,9 +28,22 @@ fn lost(e: impl std::fmt::Display) -> ClientError {
     ClientError::ServerLost(e.to_string())
 }
 
-/// Whether an ErrorResponse body has severity FATAL or PANIC: the server closes after it.
-fn is_fatal(body: &[u8]) -> bool {
-    b::parse_error(body).is_ok_and(|e| e.severity == "FATAL" || e.severity == "PANIC")
+/// What an ErrorResponse says about its server: FATAL or PANIC (it closes after it), or 25006
+/// (a write refused as read-only: maybe the host was demoted). One parse for both.
+#[derive(Default)]
+struct ErrorSigns {
+    fatal: bool,
+    read_only: bool,
+}
+
+fn error_signs(body: &[u8]) -> ErrorSigns {
+    match b::parse_error(body) {
+        Ok(e) => ErrorSigns {
+            fatal: e.severity == "FATAL" || e.severity == "PANIC",
+            read_only: e.code == sqlstate::READ_ONLY_SQL_TRANSACTION,
+        },
+        Err(_) => ErrorSigns::default(),
+    }
 }
 
 /// Whether a server message must be held whole: the pooler reads its body. An ErrorResponse
@@ -263,8 +276,11 @@ impl Session<'_> {
             .as_mut()
             .expect("server messages are handled only while a server is held");
         let body = || msg.map_or(&[][..], |m| &m[frame::HEADER_LEN..]);
-        if tag == b::ERROR_RESPONSE_TAG && msg.is_some_and(|m| is_fatal(&m[frame::HEADER_LEN..])) {
-            self.server_fatal = true;
+        if let Some(m) = msg.filter(|_| tag == b::ERROR_RESPONSE_TAG) {
+            let signs = error_signs(&m[frame::HEADER_LEN..]);
+            self.server_fatal |= signs.fatal;
+            // Checked at release, where the pool knows whether it needs writes.
+            srv.read_only_error |= signs.read_only;
         }
         let mut step = if tag == b::ERROR_RESPONSE_TAG {
             let held = match srv.replies.front() {

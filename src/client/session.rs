@@ -118,7 +118,7 @@ pub struct Session<'a> {
 impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let cfg = shared.config.load();
-        let mode = crate::pool::PoolSettings::mode_for(&cfg, login.pool.user());
+        let mode = login.pool.mode();
         Session {
             id: login.id,
             client,
@@ -456,6 +456,8 @@ impl<'a> Session<'a> {
             PoolError::Server(_) => "server_unavailable",
             PoolError::CircuitOpen { .. } => "circuit_open",
             PoolError::Unavailable { .. } => "server_unavailable",
+            PoolError::NoHostFits { .. } => "no_host_fits",
+            PoolError::HoldExpired { .. } => "hold_expired",
         };
         self.shared
             .metrics

@@ -3,12 +3,16 @@
 
 mod auth;
 mod cli;
+mod failover;
 mod secret;
 mod shared_pooler;
 mod tls;
 
 pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_DATABASE, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
+pub use failover::{
+    DatabaseConfig, Databases, FailoverConfig, HostAddr, LoadBalanceHosts, TargetSessionAttrs,
+};
 pub use secret::Secret;
 pub use shared_pooler::{PeerConfig, UserConfig, MAX_PEER_ID};
 pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
@@ -83,7 +87,7 @@ pub struct Config {
     pub backoff: crate::resilience::BackoffConfig,
     /// How many login retries may be added on top of first attempts.
     pub retry_budget: crate::resilience::BudgetConfig,
-    /// The circuit breaker around the backend.
+    /// The circuit breaker around each server host.
     pub breaker: crate::resilience::BreakerConfig,
     /// Settings of named users that override the `pool` and `client` ones (PgBouncer's
     /// `[users]`): user name → overrides.
@@ -94,6 +98,11 @@ pub struct Config {
     /// Every pooler that shares cancel keys with this one (this one included): a cancel
     /// request for a key another peer issued is forwarded there.
     pub peers: Vec<PeerConfig>,
+    /// Aliases clients connect to (PgBouncer's `[databases]`): each maps to a server
+    /// database, its hosts and which of them fit, and optional pool size and mode.
+    pub databases: Databases,
+    /// What happens while no host fits.
+    pub failover: FailoverConfig,
     /// Not a setting: FNV-1a 64 (hex) of the config file as it was read, reported in
     /// `/status` and `droidpool_config_info` so the operator can tell which file a pooler
     /// has loaded (its `status.configHash` is the same hash of what it wrote).
@@ -166,6 +175,14 @@ pub struct ListenConfig {
 pub struct ServerConfig {
     pub host: String,
     pub port: u16,
+    /// Several `host:port`, instead of `host`/`port`: tried in order (or at random, see
+    /// `load_balance_hosts`) until one fits `target_session_attrs`.
+    pub hosts: Vec<String>,
+    /// Which servers fit (libpq's meanings): any, read-write, read-only, primary, standby,
+    /// prefer-standby.
+    pub target_session_attrs: TargetSessionAttrs,
+    /// `disable`: hosts in the order listed; `random`: in a random order per login.
+    pub load_balance_hosts: LoadBalanceHosts,
     /// Login user for server connections; defaults to the client's user.
     pub user: Option<String>,
     /// Password for server logins (cleartext, md5 or SCRAM); never printed.
@@ -404,6 +421,9 @@ impl Default for ServerConfig {
         ServerConfig {
             host: "127.0.0.1".into(),
             port: 5432,
+            hosts: Vec::new(),
+            target_session_attrs: TargetSessionAttrs::Any,
+            load_balance_hosts: LoadBalanceHosts::Disable,
             user: None,
             password: None,
             password_file: None,
@@ -617,6 +637,7 @@ impl Config {
             .validate(self.listen.addr)
             .map_err(ConfigError::Invalid)?;
         self.tls.validate().map_err(ConfigError::Invalid)?;
+        failover::validate(self).map_err(ConfigError::Invalid)?;
         if self.auth_method() == AuthMethod::Trust
             && !self.listen.addr.is_loopback()
             && !self.auth.allow_trust_on_network

@@ -57,6 +57,8 @@ pub struct ServerMetrics {
     pub connects: IntCounterVec,
     /// Server connections closed, by why (`pool::CloseReason`).
     pub closed: IntCounterVec,
+    /// 1 for each host's role as last learned (`primary` or `standby`), 0 for the other.
+    pub role: IntGaugeVec,
 }
 
 pub struct PreparedMetrics {
@@ -243,6 +245,12 @@ impl Metrics {
                 "Server connections closed, by reason.",
                 &["reason"],
             ),
+            role: gauge_vec(
+                &r,
+                "droidpool_server_role",
+                "1 for the role each server host was last found in (primary or standby), 0 for the other.",
+                &["host", "role"],
+            ),
         };
         let prepared = PreparedMetrics {
             kept: gauge(
@@ -281,7 +289,7 @@ impl Metrics {
                 let g = IntGaugeVec::new(
                     Opts::new(
                         "droidpool_breaker_state",
-                        "Circuit breaker state per pool: 0 closed, 1 half-open, 2 open.",
+                        "Circuit breaker state per server host: 0 closed, 1 half-open, 2 open.",
                     ),
                     &["pool"],
                 )

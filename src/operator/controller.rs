@@ -78,6 +78,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
     let store = controller.store();
     let mapper_store = store.clone();
     let peer_store = store.clone();
+    let controller = watch_clusters(controller, &client, namespace, store.clone()).await;
     let work = controller
         .owns(api::<ConfigMap>(&client, namespace), owned.clone())
         .owns(api::<Deployment>(&client, namespace), owned)
@@ -127,6 +128,32 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
         } => {}
     }
     tracing::info!("controller stopped");
+}
+
+/// Where the CloudNativePG `Cluster` API is served, a change of a Cluster (its status during a
+/// switchover) reconciles the PoolConfigs that follow it at once. Elsewhere nothing is
+/// watched (no error loop for a CRD that is not installed); those PoolConfigs look at their
+/// Cluster every few seconds anyway.
+async fn watch_clusters(
+    controller: Controller<PoolConfig>,
+    client: &Client,
+    namespace: Option<&str>,
+    store: kube::runtime::reflector::Store<PoolConfig>,
+) -> Controller<PoolConfig> {
+    use kube::api::{DynamicObject, ListParams};
+    let ar = super::cnpg::cluster_resource();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    if let Err(e) = api.list(&ListParams::default().limit(1)).await {
+        tracing::info!(error = %e, "CloudNativePG Clusters are not watched");
+        return controller;
+    }
+    tracing::info!("watching CloudNativePG Clusters");
+    controller.watches_with(api, ar, watcher::Config::default(), move |cluster| {
+        super::cnpg::referrers(&store.state(), &cluster)
+    })
 }
 
 /// The PoolConfigs whose sidecar pod selector selects `pod`: a pod appearing, finishing or

@@ -3,6 +3,7 @@
 //! and PodDisruptionBudget of poolers. Shares only `config` types with the rest of the crate.
 
 mod claim;
+pub mod cnpg;
 pub mod controller;
 pub mod crd;
 mod deploy;

@@ -23,7 +23,9 @@ use super::loaded;
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
 use super::render::{self, Rendered};
-use super::status::{self, Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED};
+use super::status::{
+    self, Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED, SWITCHOVER,
+};
 
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "droid-pool-operator";
@@ -173,7 +175,8 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(SECRET_RETRY));
     }
     let peers = observe::peer_pods(&poolers.pods);
-    let rendered = match render::render_with_peers(&pc.spec, poolers.count, &peers) {
+    let (facts, switchover) = cloud_native_pg(pc, ctx, &ns).await?;
+    let rendered = match render::render_observed(&pc.spec, poolers.count, facts, &peers) {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
     };
@@ -225,20 +228,15 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         )
     };
     let stalled = Verdict::new(STALLED, false, "AsExpected", "no problem found".into());
-    publish(
-        pc,
-        ctx,
-        &[
-            ready,
-            rendered_v.clone(),
-            degraded.clone(),
-            reconciling,
-            stalled,
-        ],
-        Some(&rendered),
-        true,
-    )
-    .await?;
+    let mut verdicts = vec![
+        ready,
+        rendered_v.clone(),
+        degraded.clone(),
+        reconciling,
+        stalled,
+    ];
+    verdicts.extend(switchover.clone());
+    publish(pc, ctx, &verdicts, Some(&rendered), true).await?;
     if changed {
         let updated = Verdict::new(CONFIG_RENDERED, true, "ConfigUpdated", rendered_v.message);
         event(ctx, pc, EventType::Normal, &updated).await;
@@ -246,11 +244,62 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     if degraded.status {
         event(ctx, pc, EventType::Warning, &degraded).await;
     }
-    Ok(Action::requeue(if rolling {
-        ROLLOUT_RETRY
-    } else {
-        RESYNC
+    let next = if rolling { ROLLOUT_RETRY } else { RESYNC };
+    // A Cluster's status is also watched where its CRD is installed; this covers the rest.
+    Ok(Action::requeue(match switchover {
+        Some(_) => next.min(CNPG_POLL),
+        None => next,
     }))
+}
+
+/// How often a PoolConfig that follows a CloudNativePG Cluster looks at it, watch or not.
+const CNPG_POLL: Duration = Duration::from_secs(5);
+
+/// The render facts and the `Switchover` condition of a PoolConfig that follows a
+/// CloudNativePG Cluster (none for the others). The pools are held while the Cluster's
+/// `status.targetPrimary` differs from its `status.currentPrimary`; the poolers stay ready.
+async fn cloud_native_pg(
+    pc: &PoolConfig,
+    ctx: &Context,
+    ns: &str,
+) -> Result<(render::Facts, Option<Verdict>), Error> {
+    let Some(r) = &pc.spec.server.cloud_native_pg else {
+        return Ok((render::Facts::default(), None));
+    };
+    let name = &r.cluster;
+    let Some(state) = super::cnpg::cluster(&ctx.client, ns, name).await? else {
+        let msg = format!("no CloudNativePG Cluster {name} in {ns}: pools not held");
+        return Ok((
+            render::Facts::default(),
+            Some(Verdict::new(SWITCHOVER, false, "ClusterNotFound", msg)),
+        ));
+    };
+    let primary = |p: &Option<String>| p.clone().unwrap_or_else(|| "?".into());
+    let facts = render::Facts {
+        switchover: state.switching(),
+    };
+    let verdict = if facts.switchover {
+        let hold = pc
+            .spec
+            .failover
+            .as_ref()
+            .and_then(|f| f.hold_timeout.clone())
+            .unwrap_or_else(|| format!("{}s", render::CNPG_HOLD.as_secs()));
+        let msg = format!(
+            "Cluster {name}: primary {} -> {} ({}); transactions wait up to {hold} for it",
+            primary(&state.current_primary),
+            primary(&state.target_primary),
+            state.phase.as_deref().unwrap_or("no phase"),
+        );
+        Verdict::new(SWITCHOVER, true, "SwitchoverInProgress", msg)
+    } else {
+        let msg = format!(
+            "Cluster {name}: primary {}",
+            primary(&state.current_primary)
+        );
+        Verdict::new(SWITCHOVER, false, "Stable", msg)
+    };
+    Ok((facts, Some(verdict)))
 }
 
 /// `Ready` once the running poolers have loaded config `hash` (and, for a Deployment, its

@@ -22,6 +22,8 @@ pub const CONFIG_RENDERED: &str = "ConfigRendered";
 /// Something needs a human: an invalid spec, a missing Secret, an API error, or a budget too
 /// small for one connection per pooler.
 pub const DEGRADED: &str = "Degraded";
+/// With `server.cloudNativePG`: the Cluster is switching over and the pools are held.
+pub const SWITCHOVER: &str = "Switchover";
 
 /// One condition as the reconciler decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]

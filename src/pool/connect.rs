@@ -1,23 +1,25 @@
-//! Opening server connections: the only thing the pooler retries. A login runs under the
-//! backend's circuit breaker; a transient failure is retried with capped exponential backoff
-//! and full jitter while clients still wait and the retry budget allows (a refused retry counts
-//! as overflow); at most `max_connecting` logins are in flight per pool. Wrong credentials or
-//! an unknown database are never retried.
+//! Opening server connections: the only thing the pooler retries. A login tries the pool's
+//! hosts in its route's order, each under its own circuit breaker and with its own backoff; a
+//! host that answers but does not fit (a standby where writes are needed) is closed and
+//! remembered, which is no failure of the host. A transient failure is retried with capped
+//! exponential backoff and full jitter while clients still wait and the shared retry budget
+//! allows (a refused retry counts as overflow); at most `max_connecting` logins are in flight
+//! per pool. Wrong credentials or an unknown database are never retried. While clients are
+//! held (`failover.hold_timeout`), the login goes on within the breakers until one fits.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::hosts::{recheck_at, Host, Hosts, Route, RECHECK};
 use super::{Pool, PoolError, PoolState};
-use crate::resilience::{Admission, Backoff, BreakerState, CircuitBreaker, RetryBudget};
-use crate::server::{self, Generation, ServerConn, ServerError, Slots};
+use crate::config::TargetSessionAttrs;
+use crate::resilience::{Admission, Backoff, BackoffConfig, BreakerState, RetryBudget};
+use crate::server::{self, Role, ServerConn, ServerError, ServerTarget};
 
-/// The backend's shared failure handling: one breaker and one retry budget for all pools.
+/// The backend's shared failure handling: the hosts (a breaker each) and one retry budget.
 pub struct Backend {
-    pub name: String,
-    pub breaker: CircuitBreaker,
+    pub hosts: Hosts,
     pub budget: RetryBudget,
-    pub backoff: crate::resilience::BackoffConfig,
+    pub backoff: BackoffConfig,
     pub max_connecting: usize,
     /// What a client refused while a probe runs is told to wait.
     pub probe_hint: Duration,
@@ -25,16 +27,12 @@ pub struct Backend {
 
 impl Backend {
     pub fn from_config(cfg: &crate::config::Config) -> Backend {
-        // Config::validate has checked these; the defaults are the fallback of last resort.
-        let breaker = CircuitBreaker::new(&cfg.breaker)
-            .or_else(|_| CircuitBreaker::new(&Default::default()))
-            .expect("the default breaker settings are valid");
+        // Config::validate has checked this; the default is the fallback of last resort.
         let budget = RetryBudget::new(&cfg.retry_budget)
             .or_else(|_| RetryBudget::new(&Default::default()))
             .expect("the default budget settings are valid");
         Backend {
-            name: format!("{}:{}", cfg.server.host, cfg.server.port),
-            breaker,
+            hosts: Hosts::new(cfg.breaker),
             budget,
             backoff: cfg.backoff,
             max_connecting: cfg.pool.max_connecting,
@@ -44,9 +42,37 @@ impl Backend {
 }
 
 /// Why a connection could not be opened.
-enum Failure {
+pub(super) enum Failure {
     Server(ServerError),
     CircuitOpen(Duration),
+    /// Hosts answered but none fits; what each was.
+    NoFit(String),
+}
+
+/// One host's state within one login loop: its backoff, and its last failure.
+struct HostTry {
+    backoff: Backoff,
+    not_before: Option<Instant>,
+    error: Option<ServerError>,
+}
+
+/// What one pass over the hosts found, when nothing fit.
+#[derive(Default)]
+struct Round {
+    /// The earliest time a skipped host may be tried again.
+    wake: Option<Instant>,
+    /// A login failed (its host is retried only within the budget).
+    failed: bool,
+    /// Hosts that answered but did not fit, as `name is a standby`.
+    misfits: Vec<String>,
+    /// prefer-standby: a primary kept while the other hosts are tried for a standby.
+    fallback: Option<ServerConn>,
+}
+
+impl Round {
+    fn wake_at(&mut self, at: Instant) {
+        self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
+    }
 }
 
 impl Pool {
@@ -109,74 +135,195 @@ impl Pool {
         true
     }
 
-    /// One login, retried while it makes sense.
+    /// One login over the pool's hosts, retried while it makes sense.
     async fn connect(&self, warm: bool) -> Result<ServerConn, Failure> {
         let b = &self.inner.backend;
-        let metrics = &self.inner.metrics;
-        let mut backoff = Backoff::new(b.backoff).unwrap_or_else(|_| {
+        let route = self.route();
+        let backoff = Backoff::new(b.backoff).unwrap_or_else(|_| {
             Backoff::new(Default::default()).expect("the default backoff is valid")
         });
-        let mut first = true;
+        let mut tries: Vec<HostTry> = route
+            .hosts
+            .iter()
+            .map(|_| HostTry {
+                backoff: backoff.clone(),
+                not_before: None,
+                error: None,
+            })
+            .collect();
+        let mut topology = b.hosts.topology().subscribe();
+        let mut attempts = 0u32;
         loop {
-            let permit = match b.breaker.try_acquire(Instant::now()) {
+            let mut round = Round::default();
+            if let Some(conn) = self
+                .login_round(&route, &mut tries, &mut round, &mut attempts)
+                .await?
+            {
+                return Ok(conn);
+            }
+            let now = Instant::now();
+            let waiting = self.has_live_waiters();
+            let held = waiting && !self.settings().hold_timeout.is_zero();
+            if !held && ((!warm && !waiting) || !round.failed || route.all_open()) {
+                return Err(self.failure(&route, &mut tries, round, now));
+            }
+            if held {
+                self.enter_hold();
+            }
+            if round.failed && !b.budget.try_withdraw(now) {
+                self.inner.metrics.retries.overflow.inc();
+                if !held || round.misfits.is_empty() {
+                    return Err(self.failure(&route, &mut tries, round, now));
+                }
+                // Held for a host that may be promoted: the failed ones wait their longest.
+                for t in tries.iter_mut().filter(|t| t.error.is_some()) {
+                    t.not_before = Some(now + b.backoff.cap);
+                }
+            }
+            let wake = round
+                .wake
+                .unwrap_or(now + RECHECK)
+                .max(now + Duration::from_millis(1));
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                // A role learned elsewhere (a promotion reported) may make a host fit now.
+                _ = topology.changed() => {}
+            }
+        }
+    }
+
+    /// Tries each host once, in the route's order; `Ok(None)` when none fit.
+    async fn login_round(
+        &self,
+        route: &Route,
+        tries: &mut [HostTry],
+        round: &mut Round,
+        attempts: &mut u32,
+    ) -> Result<Option<ServerConn>, Failure> {
+        let order = route.order(&mut rand::thread_rng());
+        let tsa = route.tsa();
+        for (pos, &i) in order.iter().enumerate() {
+            let host = &route.hosts[i];
+            let now = Instant::now();
+            if let Some(at) = tries[i].not_before.filter(|at| *at > now) {
+                round.wake_at(at);
+                continue;
+            }
+            if let Some(at) = recheck_at(&host.record, tsa, now) {
+                round.wake_at(at);
+                round.misfits.push(misfit(host, host.record.role()));
+                continue;
+            }
+            let permit = match host.breaker.try_acquire(now) {
                 Admission::Allowed(p) | Admission::Probe(p) => p,
                 Admission::Rejected { retry_after } => {
-                    return Err(Failure::CircuitOpen(retry_after))
+                    round.wake_at(now + retry_after);
+                    continue;
                 }
             };
-            if first {
-                b.budget.deposit(Instant::now());
+            if *attempts == 0 {
+                self.inner.backend.budget.deposit(now);
             } else {
-                metrics.retries.retries.inc();
+                self.inner.metrics.retries.retries.inc();
             }
-            let res = server::login(&self.inner.target).await;
+            *attempts += 1;
+            let before = host.breaker.state();
+            let res = self.login_at(host, tsa).await;
             let now = Instant::now();
-            let before = b.breaker.state();
             match res {
-                Ok(conn) => {
+                Ok((conn, role)) => {
                     permit.record_success(now);
-                    self.note_breaker(before);
-                    return Ok(conn);
+                    self.note_breaker(host, before);
+                    tries[i].backoff.reset();
+                    tries[i].error = None;
+                    let rest = &order[pos + 1..];
+                    if let Some(conn) = settle(route, rest, host, conn, role, round) {
+                        return Ok(Some(conn));
+                    }
                 }
-                // The database answered: the backend is up, the settings are wrong.
+                // The database answered: the host is up, the settings are wrong.
                 Err(e) if e.is_config_error() => {
                     permit.record_success(now);
-                    self.note_breaker(before);
+                    self.note_breaker(host, before);
                     return Err(Failure::Server(e));
                 }
                 Err(e) => {
                     permit.record_failure(now);
-                    self.note_breaker(before);
-                    tracing::warn!(pool = %self.inner.name, error = %e, attempt = backoff.attempt(), "server login failed");
-                    if b.breaker.state() == BreakerState::Open {
-                        return Err(Failure::CircuitOpen(b.breaker.retry_after(now)));
-                    }
-                    if !warm && !self.has_live_waiters() {
-                        return Err(Failure::Server(e));
-                    }
-                    if !b.budget.try_withdraw(now) {
-                        metrics.retries.overflow.inc();
-                        return Err(Failure::Server(e));
-                    }
-                    let delay = backoff.next_delay(&mut rand::thread_rng());
-                    tokio::time::sleep(delay).await;
-                    first = false;
+                    self.note_breaker(host, before);
+                    tracing::warn!(pool = %self.inner.name, host = %host.record.name, error = %e, attempt = tries[i].backoff.attempt(), "server login failed");
+                    let at = now + tries[i].backoff.next_delay(&mut rand::thread_rng());
+                    tries[i].not_before = Some(at);
+                    tries[i].error = Some(e);
+                    round.failed = true;
+                    round.wake_at(at);
                 }
             }
         }
+        Ok(round.fallback.take())
+    }
+
+    /// Logs in to `host` and learns its role where the pool needs it.
+    async fn login_at(
+        &self,
+        host: &Host,
+        tsa: TargetSessionAttrs,
+    ) -> Result<(ServerConn, Option<Role>), ServerError> {
+        let base = &self.inner.target;
+        let target = ServerTarget {
+            host: host.record.addr.host.clone(),
+            port: host.record.addr.port,
+            ..base.clone()
+        };
+        let mut conn = server::login(&target).await?;
+        let role = match Role::from_params(conn.params()) {
+            Some(r) => Some(r),
+            None if tsa == TargetSessionAttrs::Any => None,
+            // Older servers do not report their role: ask, as libpq does.
+            None => Some(
+                tokio::time::timeout(base.connect_timeout, server::ask_role(&mut conn))
+                    .await
+                    .map_err(|_| ServerError::Timeout)??,
+            ),
+        };
+        if let Some(r) = role {
+            host.record.learned(r, Instant::now());
+        }
+        conn.host = Some(host.record.clone());
+        conn.fit_epoch = self.inner.backend.hosts.topology().epoch();
+        Ok((conn, role))
+    }
+
+    /// What a login that gives up reports: the breakers' Retry-After when every host's is
+    /// open, else the hosts that did not fit, else the last failure.
+    fn failure(&self, route: &Route, tries: &mut [HostTry], round: Round, now: Instant) -> Failure {
+        if route.all_open() {
+            return Failure::CircuitOpen(route.retry_after(now));
+        }
+        let errors = tries.iter_mut().filter_map(|t| t.error.take());
+        if round.misfits.is_empty() {
+            return match errors.last() {
+                Some(e) => Failure::Server(e),
+                None => Failure::CircuitOpen(route.retry_after(now)),
+            };
+        }
+        let mut what = round.misfits;
+        what.extend(route.hosts.iter().zip(tries.iter()).filter_map(|(h, t)| {
+            t.not_before
+                .map(|_| format!("{} did not answer", h.record.name))
+        }));
+        Failure::NoFit(what.join(", "))
     }
 
     fn has_live_waiters(&self) -> bool {
         self.lock().waiters.iter().any(|w| !w.is_closed())
     }
 
-    /// Publishes the breaker's state and counts a transition.
-    fn note_breaker(&self, before: BreakerState) {
-        let b = &self.inner.backend;
-        let after = b.breaker.state();
+    /// Publishes a host breaker's state and counts a transition.
+    fn note_breaker(&self, host: &Host, before: BreakerState) {
+        let after = host.breaker.state();
         let m = &self.inner.metrics.retries;
         m.breaker_state
-            .with_label_values(&[b.name.as_str()])
+            .with_label_values(&[host.record.name.as_str()])
             .set(match after {
                 BreakerState::Closed => 0,
                 BreakerState::HalfOpen => 1,
@@ -186,102 +333,79 @@ impl Pool {
             m.breaker_transitions
                 .with_label_values(&[after.as_str()])
                 .inc();
-            tracing::warn!(backend = %b.name, from = before.as_str(), to = after.as_str(), "circuit breaker");
+            tracing::warn!(backend = %host.record.name, from = before.as_str(), to = after.as_str(), "circuit breaker");
         }
     }
 
-    /// While the breaker is not closed, a client that needs a new connection is refused at
-    /// once: during the cooldown, while the probe runs, and when the cooldown has just ended
-    /// (then the client's demand starts the probe in the background; it never waits on it).
+    /// While every host's breaker is open or half-open, a client that needs a new connection
+    /// is refused at once (or held, with `failover.hold_timeout`): during the cooldown, while
+    /// the probe runs, and when the cooldown has just ended (then the client's demand starts
+    /// the probe in the background; it never waits on it).
     pub(super) fn circuit_open(&self, st: &mut PoolState) -> Option<PoolError> {
-        let b = &self.inner.backend;
-        if b.breaker.state() == BreakerState::Closed {
+        if !st.route.all_open() {
             return None;
         }
-        let retry_after = b.breaker.retry_after(Instant::now());
+        let retry_after = st.route.retry_after(Instant::now());
         if !retry_after.is_zero() {
             return Some(self.circuit_error(retry_after));
         }
         // If no login can start (capacity, or logins already in flight), one in flight is the
         // probe; either way the client is told when to come back.
         self.spawn_warm_locked(st);
-        Some(self.circuit_error(b.probe_hint))
+        Some(self.circuit_error(self.inner.backend.probe_hint))
     }
 
-    fn circuit_error(&self, retry_after: Duration) -> PoolError {
+    pub(super) fn circuit_error(&self, retry_after: Duration) -> PoolError {
         PoolError::CircuitOpen {
             database: self.inner.database.clone(),
             retry_after,
         }
     }
+}
 
-    fn login_done(&self, res: Result<ServerConn, Failure>, slots: Slots, generation: Generation) {
-        self.lock().connecting -= 1;
-        let count = |result: &str| {
-            self.inner
-                .metrics
-                .servers
-                .connects
-                .with_label_values(&[result])
-                .inc()
-        };
-        match res {
-            Ok(mut conn) => {
-                count("success");
-                self.inner.login_ok.store(true, Ordering::Relaxed);
-                conn.id = self.inner.counters.next_server_id();
-                conn.slots = slots;
-                conn.generation = generation;
-                conn.expires = self.expiry();
-                self.inner.events.server_connected(conn.id);
-                {
-                    let mut st = self.lock();
-                    if st.startup_params.is_none() {
-                        st.startup_params = Some(Arc::new(conn.params().clone()));
-                    }
-                }
-                self.checkin(Box::new(conn));
-            }
-            Err(Failure::CircuitOpen(retry_after)) => {
-                drop(slots);
-                count("circuit_open");
-                self.inner.login_ok.store(false, Ordering::Relaxed);
-                self.fail_waiters(self.circuit_error(retry_after), true);
-            }
-            Err(Failure::Server(e)) => {
-                drop(slots);
-                count(if e.is_config_error() {
-                    "config_error"
-                } else {
-                    "failure"
-                });
-                self.inner.login_ok.store(false, Ordering::Relaxed);
-                if e.is_config_error() {
-                    tracing::error!(pool = %self.inner.name, error = %e, "server login refused: check credentials and database");
-                }
-                // With no server open, nobody will be served soon: tell every waiter now.
-                // Otherwise a busy server will come back; fail only one waiter.
-                let all = e.is_config_error() || self.open_count() == 0;
-                let err = if e.is_config_error() {
-                    PoolError::from_server(&e)
-                } else {
-                    PoolError::Unavailable {
-                        database: self.inner.database.clone(),
-                        reason: e.to_string(),
-                    }
-                };
-                self.fail_waiters(err, all);
+/// What a login that succeeded leads to: the connection to use, or `None` (try the next
+/// host) when it did not fit (it is closed) or is a primary kept as prefer-standby's fallback
+/// while hosts that may be standbys are left (`rest`: the positions still to try).
+fn settle(
+    route: &Route,
+    rest: &[usize],
+    host: &Host,
+    conn: ServerConn,
+    role: Option<Role>,
+    round: &mut Round,
+) -> Option<ServerConn> {
+    let tsa = route.tsa();
+    if role.is_some_and(|r| !r.fits(tsa)) {
+        round.misfits.push(misfit(host, role));
+        tokio::spawn(super::terminate(Box::new(conn)));
+        return None;
+    }
+    let standby = role.is_some_and(|r| r.standby);
+    let more = rest
+        .iter()
+        .any(|&j| route.hosts[j].record.role() != Some(Role::PRIMARY));
+    if tsa == TargetSessionAttrs::PreferStandby && !standby && more {
+        match round.fallback {
+            None => round.fallback = Some(conn),
+            Some(_) => {
+                tokio::spawn(super::terminate(Box::new(conn)));
             }
         }
+        return None;
     }
+    if let Some(spare) = round.fallback.take() {
+        tokio::spawn(super::terminate(Box::new(spare)));
+    }
+    Some(conn)
+}
 
-    fn fail_waiters(&self, err: PoolError, all: bool) {
-        let mut st = self.lock();
-        while let Some(w) = st.waiters.pop_front() {
-            let delivered = w.send(Err(err.clone())).is_ok();
-            if delivered && !all {
-                break;
-            }
-        }
-    }
+/// How a host that did not fit is described to a client.
+fn misfit(host: &Host, role: Option<Role>) -> String {
+    let what = match role {
+        Some(r) if r.standby => "a standby",
+        Some(r) if r.read_only => "read-only",
+        Some(_) => "a primary",
+        None => "of unknown role",
+    };
+    format!("{} is {what}", host.record.name)
 }

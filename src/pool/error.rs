@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::config::TargetSessionAttrs;
 use crate::protocol::sqlstate;
 use crate::server::ServerError;
 
@@ -29,6 +30,22 @@ pub enum PoolError {
         database: String,
         retry_after: Duration,
     },
+    /// Hosts answered, but none is of the role the pool needs (a standby where writes are).
+    #[error(
+        "database \"{database}\" is unavailable: no server fits target_session_attrs {} ({detail})",
+        .want.as_str()
+    )]
+    NoHostFits {
+        database: String,
+        want: TargetSessionAttrs,
+        detail: String,
+    },
+    /// Held through `failover.hold_timeout` and still no host fits.
+    #[error(
+        "database \"{database}\" is unavailable: no server fitted within {waited:?} \
+         (failover.hold_timeout)"
+    )]
+    HoldExpired { database: String, waited: Duration },
 }
 
 /// What a failed server login tells the client.
@@ -46,9 +63,10 @@ impl PoolError {
             PoolError::TooManyWaiting { .. } => sqlstate::TOO_MANY_CONNECTIONS,
             PoolError::Server(f) => &f.code,
             PoolError::Closed(_) => sqlstate::ADMIN_SHUTDOWN,
-            PoolError::CircuitOpen { .. } | PoolError::Unavailable { .. } => {
-                sqlstate::CANNOT_CONNECT_NOW
-            }
+            PoolError::CircuitOpen { .. }
+            | PoolError::Unavailable { .. }
+            | PoolError::NoHostFits { .. }
+            | PoolError::HoldExpired { .. } => sqlstate::CANNOT_CONNECT_NOW,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Per-pool housekeeping once a second: retire idle and expired servers, keep the warm
 //! minimum open, and start logins for waiters nobody is connecting for. The same task
-//! answers waiters at their `query_wait_timeout` deadline.
+//! answers waiters at their `query_wait_timeout` deadline, and closes idle servers whose host
+//! stopped fitting as soon as that is known.
 
 use std::time::{Duration, Instant};
 
@@ -15,9 +16,13 @@ pub(super) fn spawn(pool: Pool) {
         // Armed for the earliest waiter deadline; parked far ahead while nobody waits.
         let sweep = tokio::time::sleep_until(far_future());
         tokio::pin!(sweep);
+        let mut topology = pool.inner.backend.hosts.topology().subscribe();
         loop {
             tokio::select! {
                 _ = pool.inner.shutdown.cancelled() => break,
+                // A host's role or the pool's hosts changed: idle servers that no longer fit
+                // go now, not at their next checkout.
+                Ok(()) = topology.changed() => pool.sweep_misfits(),
                 _ = tick.tick() => {
                     pool.maintain();
                     // A rearm is never missed for longer than a tick.

@@ -4,17 +4,24 @@
 mod capacity;
 mod connect;
 mod error;
+mod follow;
 mod generation;
+mod hold;
+mod hosts;
+mod landing;
 mod limits;
 mod maintenance;
 mod registry;
 mod settings;
+#[cfg(test)]
+mod tests;
 
 pub use capacity::{Limit, LimitKind};
 pub use connect::Backend;
 pub use error::{PoolError, ServerFailure};
+pub use hosts::{Host, Hosts, Route};
 pub use registry::{PoolKey, Pools};
-pub use settings::PoolSettings;
+pub use settings::{resolve, PoolSettings, Resolved, RouteSpec};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,6 +65,9 @@ pub enum CloseReason {
     Reconnect,
     /// Idle, and another pool needed its room under a shared limit (database or user).
     Evicted,
+    /// Its host no longer fits the pool: a standby (or read-only) where writes are needed,
+    /// or a primary where a standby is.
+    Role,
 }
 
 impl CloseReason {
@@ -74,6 +84,7 @@ impl CloseReason {
             CloseReason::Killed => "killed",
             CloseReason::Reconnect => "reconnect",
             CloseReason::Evicted => "evicted",
+            CloseReason::Role => "role",
         }
     }
 }
@@ -100,6 +111,8 @@ struct Waiter {
     deadline: Option<tokio::time::Instant>,
     /// Who waits ([`Ticket::owner`]), so one waiter can be dropped by name; 0: anonymous.
     owner: usize,
+    /// The deadline is the failover hold's: it is answered with 57P03 instead.
+    held: bool,
 }
 
 /// Who a checkout waits for, so the wait can be ended from outside: `owner` names the waiter
@@ -123,7 +136,6 @@ impl Waiter {
     }
 }
 
-#[derive(Default)]
 struct PoolState {
     idle: VecDeque<Server>,
     waiters: VecDeque<Waiter>,
@@ -141,6 +153,28 @@ struct PoolState {
     waiting_on: u32,
     /// A slot of `limits[i]` handed to this pool after a wait, for its next login.
     granted: Vec<Option<OwnedSemaphorePermit>>,
+    /// The hosts servers come from and which of them fit (replaced by a reload).
+    route: Arc<Route>,
+    /// No host fitted at the last login and none has since: new waiters are held.
+    held: bool,
+}
+
+impl PoolState {
+    fn new(route: Route, limits: usize) -> Self {
+        PoolState {
+            idle: VecDeque::new(),
+            waiters: VecDeque::new(),
+            connecting: 0,
+            startup_params: None,
+            sweep_at: None,
+            generation: Generation::default(),
+            older: Vec::new(),
+            waiting_on: 0,
+            granted: (0..limits).map(|_| None).collect(),
+            route: Arc::new(route),
+            held: false,
+        }
+    }
 }
 
 /// A cloneable handle to one pool.
@@ -151,6 +185,7 @@ pub struct Pool {
 
 struct PoolInner {
     name: String,
+    /// Who logs in to which database; the host and port are each host's of the route.
     target: ServerTarget,
     settings: Mutex<PoolSettings>,
     /// One slot per server connection that may exist; a `ServerConn` holds its slot.
@@ -179,6 +214,8 @@ struct PoolInner {
     user: String,
     /// The auth_query lookup pool (its mode label is `lookup`).
     lookup: bool,
+    /// `settings.mode`, readable per transaction without the settings lock.
+    pool_mode: std::sync::atomic::AtomicU8,
 }
 
 impl Pool {
@@ -187,6 +224,7 @@ impl Pool {
         key: &PoolKey,
         lookup: bool,
         target: ServerTarget,
+        route: Route,
         settings: PoolSettings,
         deps: PoolDeps,
     ) -> Pool {
@@ -205,11 +243,9 @@ impl Pool {
                 capacity: capacity::Capacity::new(settings.size),
                 reserve: capacity::Capacity::new(settings.reserve_size),
                 target,
+                pool_mode: std::sync::atomic::AtomicU8::new(settings.mode as u8),
                 settings: Mutex::new(settings),
-                state: Mutex::new(PoolState {
-                    granted: limits.iter().map(|_| None).collect(),
-                    ..PoolState::default()
-                }),
+                state: Mutex::new(PoolState::new(route, limits.len())),
                 limits,
                 events,
                 counters,
@@ -249,6 +285,16 @@ impl Pool {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The pooling mode in force (read per transaction: no lock).
+    pub fn mode(&self) -> crate::config::PoolMode {
+        use crate::config::PoolMode;
+        match self.inner.pool_mode.load(Ordering::Relaxed) {
+            m if m == PoolMode::Session as u8 => PoolMode::Session,
+            m if m == PoolMode::Statement as u8 => PoolMode::Statement,
+            _ => PoolMode::Transaction,
+        }
+    }
+
     /// The settings in force.
     pub fn settings(&self) -> PoolSettings {
         *self
@@ -267,6 +313,9 @@ impl Pool {
                 .settings
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
+            self.inner
+                .pool_mode
+                .store(new.mode as u8, Ordering::Relaxed);
             std::mem::replace(&mut *s, new)
         };
         if new.size != old.size {
@@ -430,6 +479,10 @@ impl Pool {
                 self.close(conn, CloseReason::Unusable);
                 continue;
             }
+            if let Err(reason) = self.check_fit(&st.route, &mut conn) {
+                self.close(conn, reason);
+                continue;
+            }
             conn.check_due = s
                 .check_delay
                 .is_some_and(|d| now.saturating_duration_since(conn.last_used) >= d);
@@ -467,8 +520,11 @@ impl Pool {
                 return Ok(conn);
             }
             if let Some(e) = self.circuit_open(&mut st) {
-                self.count_refusal(since);
-                return Err(e);
+                if settings.hold_timeout.is_zero() {
+                    self.count_refusal(since);
+                    return Err(e);
+                }
+                self.hold_locked(&mut st, &settings);
             }
             let max_waiting = settings.max_waiting;
             if st.waiters.len() >= max_waiting {
@@ -481,8 +537,7 @@ impl Pool {
                     });
                 }
             }
-            let wait = settings.query_wait_timeout;
-            let deadline = (!wait.is_zero()).then(|| since + wait);
+            let (deadline, held) = Pool::deadline_for(&st, &settings, since);
             // The sweep also opens the reserve when this client has waited long enough.
             let reserve_at = (settings.reserve_size > 0).then(|| since + settings.reserve_timeout);
             if let Some(d) = earliest(deadline, reserve_at) {
@@ -497,6 +552,7 @@ impl Pool {
                 since,
                 deadline,
                 owner: ticket.map_or(0, |t| t.owner),
+                held,
             });
             self.spawn_connects(&mut st);
             rx
@@ -518,9 +574,17 @@ impl Pool {
             match w.deadline {
                 _ if w.is_closed() => {}
                 Some(d) if d <= now => {
-                    let err = PoolError::WaitTimeout {
-                        pool: self.inner.name.clone(),
-                        waited: d.duration_since(w.since),
+                    let waited = d.duration_since(w.since);
+                    let err = if w.held {
+                        PoolError::HoldExpired {
+                            database: self.inner.database.clone(),
+                            waited,
+                        }
+                    } else {
+                        PoolError::WaitTimeout {
+                            pool: self.inner.name.clone(),
+                            waited,
+                        }
                     };
                     let _ = w.send(Err(err));
                 }
@@ -561,6 +625,12 @@ impl Pool {
 
     /// As [`Pool::checkin`], with the caller's clock read.
     pub fn checkin_at(&self, mut conn: Server, now: Instant) {
+        if conn.read_only_error {
+            if self.lock().route.tsa().needs_writes() {
+                return self.verify_writable(conn);
+            }
+            conn.read_only_error = false;
+        }
         // A lowered size or shared limit: the surplus goes as it is released.
         let over = (self.inner.capacity.is_over() && !conn.slots.reserve) || self.limits_over();
         if conn.is_expired(now) || self.inner.shutdown.is_cancelled() || over {
@@ -580,6 +650,12 @@ impl Pool {
             // Opened before a RECONNECT: closed instead of reused.
             drop(st);
             self.discard(conn, CloseReason::Reconnect);
+            return;
+        }
+        if let Err(reason) = self.check_fit(&st.route, &mut conn) {
+            drop(st);
+            self.close(conn, reason);
+            self.lock_and_spawn();
             return;
         }
         loop {
@@ -729,6 +805,3 @@ async fn terminate(mut conn: Server) {
     crate::protocol::frontend::terminate(&mut b);
     let _ = tokio::time::timeout(Duration::from_secs(1), conn.stream.send(&b)).await;
 }
-
-#[cfg(test)]
-mod tests;

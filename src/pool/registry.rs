@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings};
+use super::settings::{default_hosts, resolve, Resolved, RouteSpec};
+use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
@@ -126,7 +127,8 @@ impl Pools {
         }
     }
 
-    /// A server login for `user` on `database` proving itself with `secret`.
+    /// A server login for `user` on `database` proving itself with `secret` (the host and
+    /// port are each route host's, filled in at login).
     fn target(
         &self,
         cfg: &Config,
@@ -135,8 +137,8 @@ impl Pools {
         secret: TargetSecret,
     ) -> ServerTarget {
         ServerTarget {
-            host: cfg.server.host.clone(),
-            port: cfg.server.port,
+            host: String::new(),
+            port: 0,
             user,
             database,
             secret,
@@ -179,29 +181,23 @@ impl Pools {
         } else {
             TargetSecret::Configured(cfg.server.password.clone())
         };
+        let Resolved { settings, route } = resolve(cfg, key);
         let target = self.target(
             cfg,
             cfg.server.user.clone().unwrap_or_else(|| key.user.clone()),
-            cfg.server
-                .database
-                .clone()
-                .unwrap_or_else(|| key.database.clone()),
+            route.dbname.clone(),
             secret,
         );
+        let route = Route::new(route, &self.backend.hosts);
         let limits = self.lock_limits().for_pool(cfg, key);
-        let pool = Pool::new(
-            key,
-            false,
-            target,
-            PoolSettings::for_pool(cfg, key),
-            self.deps(limits),
-        );
+        let pool = Pool::new(key, false, target, route, settings, self.deps(limits));
         map.insert(key.clone(), pool.clone());
         pool
     }
 
-    /// Applies reloaded pool settings to every pool; a lookup pool for an auth user or
-    /// database no longer configured is retired.
+    /// Applies reloaded pool settings and hosts to every pool (each resolved as a new pool
+    /// of its key would be); a lookup pool for an auth user or database no longer configured
+    /// is retired.
     pub fn apply(&self, cfg: &Config) {
         self.lock_limits().apply(cfg);
         let pools: Vec<(PoolKey, Pool)> = {
@@ -209,7 +205,9 @@ impl Pools {
             map.iter().map(|(k, p)| (k.clone(), p.clone())).collect()
         };
         for (key, pool) in pools {
-            pool.update(PoolSettings::for_pool(cfg, &key));
+            let Resolved { settings, route } = resolve(cfg, &key);
+            pool.update(settings);
+            pool.set_route(route);
         }
         let current = lookup_key(cfg);
         let mut lookups = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
@@ -217,6 +215,7 @@ impl Pools {
             let keep = current.as_ref() == Some(key);
             if keep {
                 pool.update(lookup_settings(cfg));
+                pool.set_route(lookup_route(cfg));
             } else {
                 pool.retire();
             }
@@ -237,10 +236,12 @@ impl Pools {
             key.database.clone(),
             TargetSecret::Configured(cfg.auth.auth_password.clone()),
         );
+        let route = Route::new(lookup_route(cfg), &self.backend.hosts);
         let pool = Pool::new(
             &key,
             true,
             target,
+            route,
             lookup_settings(cfg),
             self.deps(Vec::new()),
         );
@@ -315,5 +316,15 @@ fn lookup_settings(cfg: &Config) -> PoolSettings {
         min_size: 0,
         reserve_size: 0,
         ..PoolSettings::from_config(cfg)
+    }
+}
+
+/// A lookup pool's hosts: the `server:` ones, in the `server:` roles (a lookup reads).
+fn lookup_route(cfg: &Config) -> RouteSpec {
+    RouteSpec {
+        dbname: cfg.auth.auth_database.clone(),
+        hosts: default_hosts(cfg),
+        tsa: cfg.server.target_session_attrs,
+        lb: cfg.server.load_balance_hosts,
     }
 }

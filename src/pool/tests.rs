@@ -12,9 +12,10 @@ fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
         query_wait_timeout: Duration::from_secs(1),
         ..PoolSettings::from_config(&cfg)
     };
+    let port = listener.local_addr().unwrap().port();
     let target = ServerTarget {
         host: "127.0.0.1".into(),
-        port: listener.local_addr().unwrap().port(),
+        port,
         user: "u".into(),
         database: "d".into(),
         secret: crate::server::TargetSecret::Configured(None),
@@ -26,17 +27,29 @@ fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
         database: "d".into(),
         user: "u".into(),
     };
+    let backend = Arc::new(Backend::from_config(&cfg));
+    let spec = RouteSpec {
+        dbname: "d".into(),
+        hosts: vec![crate::config::HostAddr {
+            host: "127.0.0.1".into(),
+            port,
+        }],
+        tsa: Default::default(),
+        lb: Default::default(),
+    };
+    let route = Route::new(spec, &backend.hosts);
     Pool::new(
         &key,
         false,
         target,
+        route,
         settings,
         PoolDeps {
             events: Events::new(crate::config::EventLevel::Off),
             counters: Arc::new(Counters::default()),
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
-            backend: Arc::new(Backend::from_config(&cfg)),
+            backend,
             draining: Default::default(),
             limits: Vec::new(),
         },

@@ -120,6 +120,27 @@ pub fn parse_backend_key(body: &[u8]) -> Result<(i32, i32), ParseError> {
     Ok((c.i32()?, c.i32()?))
 }
 
+/// The columns of a DataRow body (`None`: SQL NULL).
+pub fn parse_data_row(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ParseError> {
+    let mut c = Cursor::new(body);
+    let n = c.i16()?;
+    let n = usize::try_from(n).map_err(|_| ParseError::Invalid("DataRow column count"))?;
+    // Each column takes at least its 4-byte length: a count beyond that is a lie.
+    if n > c.remaining().len() / 4 {
+        return Err(ParseError::Truncated);
+    }
+    let mut cols = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = c.i32()?;
+        cols.push(match usize::try_from(len) {
+            Ok(len) => Some(c.take(len)?),
+            Err(_) if len == -1 => None,
+            Err(_) => return Err(ParseError::Invalid("DataRow column length")),
+        });
+    }
+    Ok(cols)
+}
+
 /// Transaction status of a ReadyForQuery body.
 pub fn parse_ready_for_query(body: &[u8]) -> Result<u8, ParseError> {
     match body {
@@ -260,5 +281,19 @@ mod tests {
         let mut b = BytesMut::new();
         ready_for_query(&mut b, TX_IDLE);
         assert_eq!(&b[..], b"Z\0\0\0\x05I");
+    }
+
+    #[test]
+    fn data_rows_parse_with_checked_lengths() {
+        let row = b"\0\x02\0\0\0\x01t\xff\xff\xff\xff";
+        let cols = parse_data_row(row).unwrap();
+        assert_eq!(cols, vec![Some(&b"t"[..]), None]);
+        assert_eq!(
+            parse_data_row(b"\0\x02\0\0\0\x05t"),
+            Err(ParseError::Truncated)
+        );
+        assert_eq!(parse_data_row(b"\x7f\xff"), Err(ParseError::Truncated));
+        assert!(parse_data_row(b"\0\x01\xff\xff\xff\xfe").is_err());
+        assert!(parse_data_row(b"\xff\xff").is_err());
     }
 }

@@ -17,6 +17,9 @@ pub const QUERY_CANCELED: &str = "57014";
 pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+/// A write in a read-only transaction: on a server that should take writes, a sign that it
+/// became a standby or was made read-only.
+pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_OBJECT: &str = "42704";

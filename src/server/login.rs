@@ -75,6 +75,9 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
         slots: Default::default(),
         generation: Default::default(),
         check_due: false,
+        host: None,
+        fit_epoch: 0,
+        read_only_error: false,
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);

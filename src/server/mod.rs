@@ -4,6 +4,7 @@ mod credential;
 mod login;
 mod query;
 pub mod replies;
+mod role;
 pub mod scram;
 
 pub use credential::{LearnedSecrets, ServerSecret, TargetSecret};
@@ -11,6 +12,7 @@ pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
 pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
+pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;
 
 use std::net::SocketAddr;
@@ -192,6 +194,14 @@ pub struct ServerConn {
     /// Set by the pool when it hands out a server idle past `server.check_delay`: the taker
     /// runs `server.check_query` on it before anything of a client's.
     pub check_due: bool,
+    /// The host it is connected to (set once the login fits), which its reports keep current.
+    pub host: Option<std::sync::Arc<HostRecord>>,
+    /// The topology epoch at which it was last found to fit its pool: a release compares it
+    /// with the current one and looks closer only when they differ.
+    pub fit_epoch: u64,
+    /// It answered a statement with 25006 (read-only transaction): before another client
+    /// gets it, a pool that needs writes asks whether its host is still writable.
+    pub read_only_error: bool,
 }
 
 /// The slots a server connection occupies while it exists: its pool's (or the pool's
@@ -209,8 +219,15 @@ impl ServerConn {
         &self.params
     }
 
-    /// Records a ParameterStatus from the server.
+    /// Records a ParameterStatus from the server. `in_hot_standby` turning off is a
+    /// promotion (protocol docs, "ParameterStatus"; PostgreSQL 14+): the host's record learns
+    /// it at once.
     pub fn set_param(&mut self, name: &str, value: &str) {
+        if name == "in_hot_standby" {
+            if let Some(h) = &self.host {
+                h.reported_hot_standby(value == "on");
+            }
+        }
         self.params.set(name, value);
         self.in_sync = None;
     }

@@ -4,6 +4,7 @@ mod codec;
 mod console;
 mod core;
 mod differential;
+mod failover;
 mod faults;
 mod kind_checker;
 mod lifecycle;

@@ -73,6 +73,24 @@ async fn server_rejects_schema_invalid_objects() {
             spec(json!({"clientAuth": {"method": "password"}})),
             "spec.clientAuth.method",
         ),
+        // Exactly one of host, hosts and cloudNativePG.
+        (spec(json!({"server": {"port": 5432}})), "oneOf"),
+        (
+            spec(json!({"server": {"host": "db", "hosts": ["db-1:5432"]}})),
+            "oneOf",
+        ),
+        (
+            spec(json!({"server": {"hosts": ["a:1"], "targetSessionAttrs": "writable"}})),
+            "spec.server.targetSessionAttrs",
+        ),
+        (
+            spec(json!({"failover": {"holdTimeout": "ten seconds"}})),
+            "spec.failover.holdTimeout",
+        ),
+        (
+            spec(json!({"databases": {"ro": {"poolSize": 0}}})),
+            "spec.databases.ro.poolSize",
+        ),
     ];
     for (i, (bad, needle)) in cases.into_iter().enumerate() {
         let raw = json!({"apiVersion": "droidpool.io/v1alpha1", "kind": "PoolConfig",

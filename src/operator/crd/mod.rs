@@ -122,6 +122,14 @@ pub struct PoolConfigSpec {
     /// Overrides for named users (PgBouncer's `[users]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub users: Option<BTreeMap<String, UserSpec>>,
+    /// Aliases clients connect to (PgBouncer's `[databases]`): each a server database, its
+    /// hosts and which of them fit, and optional pool size and mode.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100))]
+    pub databases: BTreeMap<String, DatabaseSpec>,
+    /// What the poolers do while no server host fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
     /// Where the settings go: sidecars that mount a ConfigMap, or poolers this operator deploys.
     pub target: Target,
 }
@@ -136,16 +144,41 @@ pub enum Mode {
     Statement,
 }
 
-/// The PostgreSQL server and the credentials of server logins.
+/// The PostgreSQL server and the credentials of server logins. Exactly one of `host`,
+/// `hosts` and `cloudNativePG` is set.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend(
+    "oneOf" = [{"required": ["host"]}, {"required": ["hosts"]}, {"required": ["cloudNativePG"]}]
+))]
 pub struct ServerSpec {
     /// Host name or address of PostgreSQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub host: String,
+    pub host: Option<String>,
+    /// Port of `host`, and of the CloudNativePG Services.
     #[serde(default = "default_pg_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: u16,
+    /// Several `host:port`, tried in order until one fits `targetSessionAttrs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 261)))]
+    pub hosts: Vec<String>,
+    /// Which servers fit (libpq's meanings); default `any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_session_attrs: Option<crate::config::TargetSessionAttrs>,
+    /// The order hosts are tried in; default `disable` (as listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balance_hosts: Option<crate::config::LoadBalanceHosts>,
+    /// A CloudNativePG `Cluster` in this namespace: its `NAME-rw` Service for read-write
+    /// aliases and the default pools, `NAME-ro` for read-only ones; its pools are held through
+    /// a switchover (`failover.holdTimeout`, 30s by default).
+    #[serde(
+        default,
+        rename = "cloudNativePG",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cloud_native_pg: Option<CloudNativePgRef>,
     /// Database to connect to; by default the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
@@ -161,6 +194,50 @@ pub struct ServerSpec {
 
 fn default_pg_port() -> u16 {
     5432
+}
+
+/// A CloudNativePG `Cluster` (`postgresql.cnpg.io/v1`) in the PoolConfig's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct CloudNativePgRef {
+    /// The Cluster's name (its Services are `NAME-rw`, `NAME-ro`, `NAME-r`).
+    #[schemars(length(min = 1, max = 50))]
+    pub cluster: String,
+}
+
+/// A `databases:` alias; what it leaves out comes from `server` and the pool settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseSpec {
+    /// The server database; default `server.database`, else the alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub dbname: Option<String>,
+    /// `host:port` list; default the server's (with `cloudNativePG`: its Services by role).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 261)))]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_session_attrs: Option<crate::config::TargetSessionAttrs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balance_hosts: Option<crate::config::LoadBalanceHosts>,
+    /// Server connections of each of its pools in each pooler (not split by the budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub pool_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// What the poolers do while no server host fits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// How long a transaction waits for a host that fits instead of an error at once (never
+    /// past `queryWaitTimeout`). With `server.cloudNativePG` it is in force only while the
+    /// Cluster switches over (30s when unset); otherwise always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub hold_timeout: Option<String>,
 }
 
 /// One key of a Secret in the PoolConfig's namespace.

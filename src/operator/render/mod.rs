@@ -2,10 +2,13 @@
 //! share the budget) become the pooler's own typed `Config`, its YAML and hashes, and the
 //! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
 
+mod failover;
 mod objects;
 mod shared;
 #[cfg(test)]
 mod tests;
+
+pub use failover::{Facts, CNPG_HOLD};
 
 pub use objects::{
     config_map, deployment, labels, pdb, selector_labels, selector_string, service,
@@ -52,6 +55,10 @@ pub enum RenderError {
          LoadBalancer Service"
     )]
     TrafficPolicyOnClusterIp,
+    #[error(
+        "set exactly one of spec.server.host, spec.server.hosts and spec.server.cloudNativePG"
+    )]
+    ServerChoice,
 }
 
 /// The per-pooler pool size and how it was reached.
@@ -100,7 +107,7 @@ pub struct Rendered {
 
 /// Validates the spec and renders the pooler config for `poolers` poolers.
 pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderError> {
-    render_with_peers(spec, poolers, &[])
+    render_observed(spec, poolers, Facts::default(), &[])
 }
 
 /// As [`render`], listing `pods` as the poolers' peers when the spec asks for cancel
@@ -108,6 +115,26 @@ pub fn render(spec: &PoolConfigSpec, poolers: u32) -> Result<Rendered, RenderErr
 pub fn render_with_peers(
     spec: &PoolConfigSpec,
     poolers: u32,
+    pods: &[PeerPod],
+) -> Result<Rendered, RenderError> {
+    render_observed(spec, poolers, Facts::default(), pods)
+}
+
+/// As [`render`], with what else was observed (a CloudNativePG switchover).
+pub fn render_with(
+    spec: &PoolConfigSpec,
+    poolers: u32,
+    facts: Facts,
+) -> Result<Rendered, RenderError> {
+    render_observed(spec, poolers, facts, &[])
+}
+
+/// As [`render`], with everything observed: a CloudNativePG switchover (`facts`) and the
+/// pods listed as peers when the spec asks for cancel forwarding.
+pub fn render_observed(
+    spec: &PoolConfigSpec,
+    poolers: u32,
+    facts: Facts,
     pods: &[PeerPod],
 ) -> Result<Rendered, RenderError> {
     if let Target::Deployment(t) = &spec.target {
@@ -122,6 +149,7 @@ pub fn render_with_peers(
     if wants_peers(spec) {
         config.peers = peers(pods);
     }
+    failover::failover(&mut config, spec, facts)?;
     config
         .validate()
         .map_err(|e| RenderError::Config(e.to_string()))?;
@@ -261,7 +289,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     // 20,000 container log lines a second; the same facts are in the metrics.
     c.log.events = config::EventLevel::Lifecycle;
     c.pool.size = pool_size as usize;
-    c.pool.mode = mode(spec.mode);
+    c.pool.mode = failover::pool_mode(spec.mode);
     c.pool.track_prepared = spec.track_prepared;
     if let Some(n) = spec.max_client_connections {
         c.client.max_connections = n as usize;
@@ -269,7 +297,7 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     if let Some(d) = duration("spec.queryWaitTimeout", &spec.query_wait_timeout)? {
         c.pool.query_wait_timeout = d;
     }
-    server(&mut c, &spec.server);
+    server(&mut c, &spec.server)?;
     client_auth(&mut c, spec.client_auth.as_ref(), deployed)?;
     resilience(&mut c, spec)?;
     shared::limits(&mut c, spec)?;
@@ -288,17 +316,8 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     Ok(c)
 }
 
-fn mode(m: crd::Mode) -> config::PoolMode {
-    match m {
-        crd::Mode::Session => config::PoolMode::Session,
-        crd::Mode::Transaction => config::PoolMode::Transaction,
-        crd::Mode::Statement => config::PoolMode::Statement,
-    }
-}
-
-fn server(c: &mut Config, s: &crd::ServerSpec) {
-    c.server.host = s.host.clone();
-    c.server.port = s.port;
+fn server(c: &mut Config, s: &crd::ServerSpec) -> Result<(), RenderError> {
+    failover::server(c, s)?;
     c.server.database = s.database.clone();
     c.server.user = s.user.clone();
     // The Secret is mounted as a file; the password never enters the ConfigMap.
@@ -306,6 +325,7 @@ fn server(c: &mut Config, s: &crd::ServerSpec) {
         .password_secret
         .as_ref()
         .map(|r| PathBuf::from(SERVER_PASSWORD_DIR).join(&r.key));
+    Ok(())
 }
 
 fn client_auth(

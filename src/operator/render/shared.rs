@@ -5,7 +5,8 @@
 use crate::config::{self, Config, PeerConfig, UserConfig, MAX_PEER_ID};
 use crate::operator::crd::{self, PoolConfigSpec};
 
-use super::{duration, mode, RenderError, PG_PORT};
+use super::failover::pool_mode as mode;
+use super::{duration, RenderError, PG_PORT};
 
 /// A pooler pod that can take forwarded cancel requests.
 #[derive(Debug, Clone, PartialEq, Eq)]

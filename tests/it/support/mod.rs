@@ -21,7 +21,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::net::TcpListener;
 use std::path::Path;
 
-pub use pg::{bin, shared, PgServer};
+pub use pg::{bin, shared, shared_pair, Pair, PgServer};
 pub use pooler::Pooler;
 
 /// Database created by the harness (owned by role `droid`).

@@ -35,6 +35,9 @@ use std::sync::OnceLock;
 
 use super::{conn_string, free_port, tail_file, try_connect, DB};
 
+mod pair;
+pub use pair::{shared_pair, Pair};
+
 /// Bootstrap superuser (`initdb -U postgres`).
 pub const SUPERUSER: &str = "postgres";
 /// OS user that runs the server when the tests run as root.
@@ -231,7 +234,8 @@ impl PgServer {
         }
         let _ = writeln!(hba, "host all +{SCRAM_GROUP} 127.0.0.1/32 scram-sha-256");
         hba.push_str(
-            "host all all 127.0.0.1/32 trust\n\
+            "host replication all 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 trust\n\
              host all all ::1/128 trust\n\
              local all all trust\n",
         );

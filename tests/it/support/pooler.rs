@@ -71,14 +71,20 @@ impl Pooler {
     /// Like [`Pooler::start_with_config`], logging in to servers on `server_port` instead of
     /// a harness PostgreSQL (a scripted peer, say).
     pub fn start_for_server(server_port: u16, yaml: &str) -> Pooler {
-        Pooler::start_on(server_port, Some(yaml), &[])
+        Pooler::start_on(Some(server_port), Some(yaml), &[])
+    }
+
+    /// Like [`Pooler::start_with_config`] without `--server-port`: the YAML names the
+    /// servers (`server.hosts`, `databases:`).
+    pub fn start_with_hosts(yaml: &str) -> Pooler {
+        Pooler::start_on(None, Some(yaml), &[])
     }
 
     fn start_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
-        Pooler::start_on(pg.port, yaml, args)
+        Pooler::start_on(Some(pg.port), yaml, args)
     }
 
-    fn start_on(server_port: u16, yaml: Option<&str>, args: &[&str]) -> Pooler {
+    fn start_on(server_port: Option<u16>, yaml: Option<&str>, args: &[&str]) -> Pooler {
         let mut attempt = 1;
         loop {
             let pooler = Pooler::spawn_on(server_port, yaml, args);
@@ -117,20 +123,21 @@ impl Pooler {
     }
 
     fn spawn_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
-        Pooler::spawn_on(pg.port, yaml, args)
+        Pooler::spawn_on(Some(pg.port), yaml, args)
     }
 
-    fn spawn_on(server_port: u16, yaml: Option<&str>, args: &[&str]) -> Pooler {
+    fn spawn_on(server_port: Option<u16>, yaml: Option<&str>, args: &[&str]) -> Pooler {
         let port = free_port();
         let admin_port = free_port();
         let mut full: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
-            "--server-port".into(),
-            server_port.to_string(),
             "--admin-port".into(),
             admin_port.to_string(),
         ];
+        if let Some(p) = server_port {
+            full.extend(["--server-port".into(), p.to_string()]);
+        }
         let dir = new_dir();
         let config_path = yaml.map(|yaml| {
             let path = dir.path().join("droid-pool.yaml");

@@ -1,0 +1,109 @@
+//! What a finished login does: its server goes to the first live waiter (ending a hold),
+//! or its failure to the waiters: every one when no server will come back soon, one
+//! otherwise, none while the pool holds them (`failover.hold_timeout`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::connect::Failure;
+use super::{Pool, PoolError};
+use crate::server::{Generation, ServerConn, Slots};
+
+impl Pool {
+    pub(super) fn login_done(
+        &self,
+        res: Result<ServerConn, Failure>,
+        slots: Slots,
+        generation: Generation,
+    ) {
+        self.lock().connecting -= 1;
+        let count = |result: &str| {
+            self.inner
+                .metrics
+                .servers
+                .connects
+                .with_label_values(&[result])
+                .inc()
+        };
+        let held = !self.settings().hold_timeout.is_zero();
+        match res {
+            Ok(mut conn) => {
+                count("success");
+                self.inner.login_ok.store(true, Ordering::Relaxed);
+                conn.id = self.inner.counters.next_server_id();
+                conn.slots = slots;
+                conn.generation = generation;
+                conn.expires = self.expiry();
+                self.inner.events.server_connected(conn.id);
+                self.publish_roles();
+                {
+                    let mut st = self.lock();
+                    st.held = false;
+                    if st.startup_params.is_none() {
+                        st.startup_params = Some(Arc::new(conn.params().clone()));
+                    }
+                }
+                self.checkin(Box::new(conn));
+                if held {
+                    // The hold is over: the clients still queued need servers of their own.
+                    self.lock_and_spawn();
+                }
+            }
+            Err(failure) => {
+                drop(slots);
+                self.inner.login_ok.store(false, Ordering::Relaxed);
+                self.publish_roles();
+                self.login_failed(failure, held, count);
+            }
+        }
+    }
+
+    fn login_failed(&self, failure: Failure, held: bool, count: impl Fn(&str)) {
+        let err = match failure {
+            Failure::CircuitOpen(retry_after) => {
+                count("circuit_open");
+                self.circuit_error(retry_after)
+            }
+            Failure::NoFit(what) => {
+                count("no_fit");
+                PoolError::NoHostFits {
+                    database: self.inner.database.clone(),
+                    want: self.lock().route.tsa(),
+                    detail: what,
+                }
+            }
+            Failure::Server(e) if e.is_config_error() => {
+                count("config_error");
+                tracing::error!(pool = %self.inner.name, error = %e, "server login refused: check credentials and database");
+                return self.fail_waiters(PoolError::from_server(&e), true);
+            }
+            Failure::Server(e) => {
+                count("failure");
+                PoolError::Unavailable {
+                    database: self.inner.database.clone(),
+                    reason: e.to_string(),
+                }
+            }
+        };
+        if held {
+            // Held clients wait out their hold; the next login starts with the next arrival
+            // or maintenance tick.
+            return self.enter_hold();
+        }
+        // With no server open, nobody will be served soon: tell every waiter now. Otherwise a
+        // busy server will come back; fail only one waiter (a circuit or no-fit answer goes to
+        // every waiter: no login will start before the next arrival).
+        let all = !matches!(err, PoolError::Unavailable { .. }) || self.open_count() == 0;
+        self.fail_waiters(err, all);
+    }
+
+    fn fail_waiters(&self, err: PoolError, all: bool) {
+        let mut st = self.lock();
+        while let Some(w) = st.waiters.pop_front() {
+            let delivered = w.send(Err(err.clone())).is_ok();
+            if delivered && !all {
+                break;
+            }
+        }
+    }
+}
