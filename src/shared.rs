@@ -169,7 +169,8 @@ impl Shared {
         Ok(())
     }
 
-    /// What `/status` shows: pools, clients, drain state and config generation.
+    /// What `/status` shows: pools, clients, drain state, config generation and the settings
+    /// this pooler reads beyond the 0.1.0 release's (`capabilities`).
     pub fn status(&self) -> serde_json::Value {
         let l = &self.lifecycle;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -179,6 +180,7 @@ impl Shared {
             "peer_id": crate::client::peers::own_peer_id(&cfg, self.hostname.as_deref()),
             "config_generation": self.metrics.lifecycle.config_generation.get(),
             "config_hash": cfg.file_hash.clone(),
+            "capabilities": crate::config::CAPABILITIES,
             "started": l.is_started(),
             "ready": l.is_ready(),
             "paused": l.is_paused(),

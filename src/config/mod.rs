@@ -14,7 +14,9 @@ pub use failover::{
     DatabaseConfig, Databases, FailoverConfig, HostAddr, LoadBalanceHosts, TargetSessionAttrs,
 };
 pub use secret::Secret;
-pub use shared_pooler::{PeerConfig, UserConfig, MAX_PEER_ID};
+pub use shared_pooler::{
+    PeerConfig, UserConfig, CAPABILITIES, MAX_PEER_ID, READS_MAX_DB_CONNECTIONS,
+};
 pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
 
 use std::net::IpAddr;

@@ -8,6 +8,15 @@ use super::{Config, ConfigError, PoolMode};
 /// The largest peer id: 14 bits of a cancel key's process id carry it.
 pub const MAX_PEER_ID: u16 = 16_383;
 
+/// A pooler that reads `pool.max_db_connections` lists this among its `CAPABILITIES`.
+pub const READS_MAX_DB_CONNECTIONS: &str = "pool.max_db_connections";
+
+/// The settings this pooler reads that a 0.1.0 pooler refuses, which the operator needs to
+/// know of before it writes them for a PoolConfig field 0.1.0 already had (a budget): `/status`
+/// lists them under `capabilities`. A 0.1.0 pooler lists nothing, so a setting goes into a
+/// shared file only once every running pooler names it here.
+pub const CAPABILITIES: &[&str] = &[READS_MAX_DB_CONNECTIONS];
+
 /// Overrides for one user's pools; unset fields take the `pool` value.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(default, deny_unknown_fields)]

@@ -1,16 +1,18 @@
-//! Which config each pooler has loaded: the operator asks every running pooler pod's admin
-//! port (`GET /status`, field `config_hash`) so that `Ready` means "loaded", not "written".
-//! A ConfigMap change reaches a pod's volume only after the kubelet's sync (up to about a
-//! minute), and a pooler refuses a file it cannot load; both show here.
+//! What each running pooler reports: the operator asks every running pooler pod's admin
+//! port (`GET /status`) which config it has loaded (`config_hash`), so that `Ready` means
+//! "loaded", not "written", and which settings beyond 0.1.0's it reads (`capabilities`),
+//! before writing one of those for every pooler of a PoolConfig. A ConfigMap change reaches a
+//! pod's volume only after the kubelet's sync (up to about a minute), and a pooler refuses a
+//! file it cannot load; both show here.
 
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::render::ADMIN_PORT;
+use super::render::{Readers, ADMIN_PORT};
 
 /// How long one pooler may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -19,7 +21,7 @@ const MAX_ANSWER: u64 = 256 * 1024;
 /// Poolers asked at once.
 const PARALLEL: usize = 16;
 
-/// What the running poolers of a PoolConfig report.
+/// How many running poolers have loaded a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Loaded {
     /// Running pooler pods asked (terminating and not yet started ones are not).
@@ -34,18 +36,57 @@ impl Loaded {
     }
 }
 
-/// Asks the running pods among `pods` which config they have loaded, and counts those on
-/// `hash`.
-pub async fn check(pods: &[Pod], hash: &str) -> Loaded {
-    let targets: Vec<(String, u16)> = pods.iter().filter_map(target).collect();
-    let asked = targets.len();
-    let current = stream::iter(targets)
-        .map(|(ip, port)| async move { pooler_hash(&ip, port).await })
-        .buffer_unordered(PARALLEL)
-        .filter(|h| std::future::ready(h.as_deref() == Some(hash)))
-        .count()
-        .await;
-    Loaded { asked, current }
+/// One pooler's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Report {
+    hash: Option<String>,
+    capabilities: Vec<String>,
+}
+
+/// What the pooler pods of a PoolConfig report.
+#[derive(Debug, Default)]
+pub struct Reports {
+    /// One per running pod not being deleted: `None` where its pooler did not answer.
+    answers: Vec<Option<Report>>,
+    /// Pods whose pooler keeps failing to start.
+    failing: usize,
+}
+
+impl Reports {
+    /// Asks the running pods among `pods`, and looks at the others' pooler containers.
+    pub async fn ask(pods: &[Pod]) -> Reports {
+        let failing = pods.iter().filter(|p| failing(p)).count();
+        let answers = stream::iter(pods.iter().filter_map(target))
+            .map(|(ip, port)| async move { status(&ip, port).await })
+            .buffer_unordered(PARALLEL)
+            .collect()
+            .await;
+        Reports { answers, failing }
+    }
+
+    /// How many have loaded config `hash`.
+    pub fn loaded(&self, hash: &str) -> Loaded {
+        let current = self.answers.iter().flatten();
+        Loaded {
+            asked: self.answers.len(),
+            current: current.filter(|r| r.hash.as_deref() == Some(hash)).count(),
+        }
+    }
+
+    /// Which of them read `setting`.
+    pub fn readers(&self, setting: &str) -> Readers {
+        let answered = self.answers.iter().flatten();
+        let reading = answered
+            .clone()
+            .filter(|r| r.capabilities.iter().any(|c| c == setting))
+            .count();
+        Readers {
+            asked: self.answers.len(),
+            reading,
+            older: answered.count() - reading,
+            failing: self.failing,
+        }
+    }
 }
 
 /// The address of a pod's pooler admin port, if the pod is running and not being deleted
@@ -72,13 +113,50 @@ fn admin_port(pod: &Pod) -> u16 {
             .chain(s.init_containers.iter().flatten())
     })
     .flat_map(|c| c.ports.iter().flatten())
-    .find(|p| matches!(p.name.as_deref(), Some("admin" | "pooler-admin")))
+    .find(|p| admin_named(p))
     .and_then(|p| u16::try_from(p.container_port).ok())
     .unwrap_or(ADMIN_PORT)
 }
 
-/// `config_hash` from one pooler's `/status`; `None` if it cannot be asked or says none.
-async fn pooler_hash(ip: &str, port: u16) -> Option<String> {
+/// A pod not being deleted whose pooler container (the one with the admin port; any, when
+/// none is named) has restarted and is not running: crash-looping, perhaps refusing its file.
+/// A pod stays Pending while a native sidecar (an init container) cannot start.
+fn failing(pod: &Pod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let pooler = pooler_container(pod);
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let all = status.container_statuses.iter().flatten();
+    all.chain(status.init_container_statuses.iter().flatten())
+        .filter(|c| pooler.map_or(true, |name| c.name == name))
+        .any(restarting)
+}
+
+fn restarting(c: &ContainerStatus) -> bool {
+    let state = c.state.as_ref();
+    let running = state.is_some_and(|s| s.running.is_some());
+    let exited = state.is_some_and(|s| s.terminated.is_some());
+    !running && (c.restart_count > 0 || exited)
+}
+
+/// The name of the container with the `admin` or `pooler-admin` port.
+fn pooler_container(pod: &Pod) -> Option<&str> {
+    let spec = pod.spec.as_ref()?;
+    let all = spec.containers.iter();
+    all.chain(spec.init_containers.iter().flatten())
+        .find(|c| c.ports.iter().flatten().any(admin_named))
+        .map(|c| c.name.as_str())
+}
+
+fn admin_named(p: &k8s_openapi::api::core::v1::ContainerPort) -> bool {
+    matches!(p.name.as_deref(), Some("admin" | "pooler-admin"))
+}
+
+/// One pooler's `/status`; `None` if it cannot be asked.
+async fn status(ip: &str, port: u16) -> Option<Report> {
     let host = if ip.contains(':') {
         format!("[{ip}]")
     } else {
@@ -94,10 +172,11 @@ async fn pooler_hash(ip: &str, port: u16) -> Option<String> {
         Some(answer)
     };
     let answer = tokio::time::timeout(TIMEOUT, ask).await.ok()??;
-    parse_hash(&answer)
+    parse(&answer)
 }
 
-fn parse_hash(answer: &[u8]) -> Option<String> {
+/// A 200 answer's `config_hash` and `capabilities` (a 0.1.0 pooler has neither).
+fn parse(answer: &[u8]) -> Option<Report> {
     let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
     let (head, body) = (&answer[..split], &answer[split + 4..]);
     let status_line = head.split(|b| *b == b'\n').next()?;
@@ -105,7 +184,18 @@ fn parse_hash(answer: &[u8]) -> Option<String> {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    v.get("config_hash")?.as_str().map(str::to_owned)
+    let strings = v.get("capabilities").and_then(|c| c.as_array());
+    Some(Report {
+        hash: v
+            .get("config_hash")
+            .and_then(|h| h.as_str())
+            .map(str::to_owned),
+        capabilities: strings
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_str().map(str::to_owned))
+            .collect(),
+    })
 }
 
 #[cfg(test)]
@@ -113,15 +203,62 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hash_comes_from_a_200_status_only() {
-        let ok =
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"config_hash\":\"ab12\"}";
-        assert_eq!(parse_hash(ok).as_deref(), Some("ab12"));
-        let none = b"HTTP/1.1 200 OK\r\n\r\n{\"config_hash\":null}";
-        assert_eq!(parse_hash(none), None);
+    fn hash_and_capabilities_come_from_a_200_status_only() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n\
+                   {\"config_hash\":\"ab12\",\"capabilities\":[\"pool.max_db_connections\"]}";
+        let r = parse(ok).unwrap();
+        assert_eq!(r.hash.as_deref(), Some("ab12"));
+        assert_eq!(r.capabilities, ["pool.max_db_connections"]);
+        // A 0.1.0 pooler: an answer, with neither.
+        let old = b"HTTP/1.1 200 OK\r\n\r\n{\"config_generation\":1}";
+        assert_eq!(parse(old), Some(Report::default()));
         let err = b"HTTP/1.1 503 Service Unavailable\r\n\r\n{\"config_hash\":\"ab12\"}";
-        assert_eq!(parse_hash(err), None);
-        assert_eq!(parse_hash(b"garbage"), None);
+        assert_eq!(parse(err), None);
+        assert_eq!(parse(b"garbage"), None);
+        let reports = Reports {
+            answers: vec![parse(ok), parse(old), None],
+            failing: 1,
+        };
+        assert_eq!(
+            reports.loaded("ab12"),
+            Loaded {
+                asked: 3,
+                current: 1
+            }
+        );
+        let readers = reports.readers("pool.max_db_connections");
+        assert_eq!((readers.asked, readers.reading, readers.older), (3, 1, 1));
+        assert_eq!(readers.failing, 1);
+    }
+
+    /// A pooler container that restarted and is not running fails (in a Pending pod too, as
+    /// a native sidecar); another container's restarts, or a first start, do not.
+    #[test]
+    fn a_crash_looping_pooler_container_is_failing() {
+        let pod = |restarts: i32, state: serde_json::Value, deleting: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "deletionTimestamp":
+                    if deleting { serde_json::json!("2026-01-01T00:00:00Z") } else { serde_json::Value::Null }},
+                "spec": {"containers": [{"name": "app"}],
+                         "initContainers": [{"name": "pooler", "restartPolicy": "Always",
+                                             "ports": [{"name": "pooler-admin", "containerPort": 9127}]}]},
+                "status": {"phase": "Pending",
+                    "containerStatuses": [{"name": "app", "restartCount": 9, "ready": false, "image": "a",
+                                           "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                    "initContainerStatuses": [{"name": "pooler", "restartCount": restarts, "ready": false,
+                                               "image": "p", "imageID": "", "state": state}]}
+            }))
+            .unwrap()
+        };
+        let backoff = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}});
+        let exited = serde_json::json!({"terminated": {"exitCode": 2}});
+        let creating = serde_json::json!({"waiting": {"reason": "ContainerCreating"}});
+        let running = serde_json::json!({"running": {}});
+        assert!(failing(&pod(3, backoff.clone(), false)));
+        assert!(failing(&pod(0, exited, false)));
+        assert!(!failing(&pod(0, creating, false)));
+        assert!(!failing(&pod(3, running, false)));
+        assert!(!failing(&pod(3, backoff, true)));
     }
 
     #[test]

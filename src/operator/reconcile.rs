@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::ApiResource;
@@ -17,9 +17,9 @@ use kube::{Client, Resource, ResourceExt};
 use thiserror::Error;
 
 use super::claim;
-use super::crd::{PoolConfig, PoolConfigStatus, Target};
+use super::crd::{BudgetScope, PoolConfig, PoolConfigStatus, Target};
 use super::deploy::{self, apply};
-use super::loaded;
+use super::loaded::Reports;
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
 use super::render::{self, Rendered};
@@ -175,7 +175,11 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(SECRET_RETRY));
     }
     let peers = observe::peer_pods(&poolers.pods);
-    let (facts, switchover) = cloud_native_pg(pc, ctx, &ns).await?;
+    let (mut facts, switchover) = cloud_native_pg(pc, ctx, &ns).await?;
+    let reports = Reports::ask(&poolers.pods).await;
+    let readers = reports.readers(crate::config::READS_MAX_DB_CONNECTIONS);
+    let written = pc.status.as_ref().and_then(|s| s.budget_scope) == Some(BudgetScope::Database);
+    facts.db_limit_readable = readers.all_read(written);
     let rendered = match render::render_observed(&pc.spec, poolers.count, facts, &peers) {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
@@ -206,15 +210,15 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
                     ),
                 )
             } else {
-                loaded_verdict(None, &poolers.pods, &rendered.hash, &cm_name).await
+                loaded_verdict(None, &reports, &rendered.hash, &cm_name)
             }
         }
         Target::Deployment(t) => {
             let rollout = deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?;
-            loaded_verdict(Some(rollout), &poolers.pods, &rendered.hash, &cm_name).await
+            loaded_verdict(Some(rollout), &reports, &rendered.hash, &cm_name)
         }
     };
-    let (rendered_v, degraded) = rendered_verdicts(&rendered);
+    let (rendered_v, degraded) = rendered_verdicts(&rendered, &readers);
     let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
     let rolling = !ready.status && ready.reason != "ScaledToZero";
     let reconciling = if rolling {
@@ -277,6 +281,7 @@ async fn cloud_native_pg(
     let primary = |p: &Option<String>| p.clone().unwrap_or_else(|| "?".into());
     let facts = render::Facts {
         switchover: state.switching(),
+        ..render::Facts::default()
     };
     let verdict = if facts.switchover {
         let hold = pc
@@ -303,12 +308,12 @@ async fn cloud_native_pg(
 }
 
 /// `Ready` once the running poolers have loaded config `hash` (and, for a Deployment, its
-/// rollout verdict is Ready): each is asked which config it has loaded.
-async fn loaded_verdict(rollout: Option<Verdict>, pods: &[Pod], hash: &str, cm: &str) -> Verdict {
+/// rollout verdict is Ready): each was asked which config it has loaded.
+fn loaded_verdict(rollout: Option<Verdict>, reports: &Reports, hash: &str, cm: &str) -> Verdict {
     if let Some(v) = rollout.as_ref().filter(|v| !v.status) {
         return v.clone();
     }
-    let l = loaded::check(pods, hash).await;
+    let l = reports.loaded(hash);
     let of = format!(
         "{}/{} running poolers have loaded config {hash}",
         l.current, l.asked
@@ -331,15 +336,19 @@ async fn loaded_verdict(rollout: Option<Verdict>, pods: &[Pod], hash: &str, cm: 
     }
 }
 
-/// `ConfigRendered` and `Degraded` for a config that rendered and was applied.
-fn rendered_verdicts(rendered: &Rendered) -> (Verdict, Verdict) {
+/// `ConfigRendered` and `Degraded` for a config that rendered and was applied; with a budget,
+/// the message says where the share is held and why (`readers`).
+fn rendered_verdicts(rendered: &Rendered, readers: &render::Readers) -> (Verdict, Verdict) {
     let s = rendered.sizing;
+    let scope = readers
+        .explain(s.scope)
+        .map_or_else(String::new, |why| format!("; {why}"));
     let rendered_v = Verdict::new(
         CONFIG_RENDERED,
         true,
         "Rendered",
         format!(
-            "pool size {} for {} pooler(s), config {}",
+            "pool size {} for {} pooler(s), config {}{scope}",
             s.pool_size, s.poolers, rendered.hash
         ),
     );
@@ -405,6 +414,10 @@ async fn publish(
             .or(old.applied_pool_size),
         replicas: rendered.map(|r| r.sizing.poolers).or(old.replicas),
         budget: pc.spec.max_server_connections,
+        budget_scope: match rendered {
+            Some(r) => r.sizing.scope,
+            None => old.budget_scope,
+        },
         selector: Some(render::selector_string(pc)),
         conditions: status::conditions(&old.conditions, verdicts, generation, Timestamp::now()),
     };

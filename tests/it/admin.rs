@@ -407,7 +407,8 @@ async fn server_is_used_while_its_reset_runs() {
 
 /// The hash of the config file in force, as the operator computes it of what it wrote: in
 /// /status and as `droidpool_config_info{hash}`, following a reload even when only a comment
-/// changed (a new operator version's first line).
+/// changed (a new operator version's first line). /status also lists the settings this
+/// pooler reads that 0.1.0 refuses, which the operator checks before writing one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loaded_config_files_hash_is_reported() {
     let pg = support::shared();
@@ -423,6 +424,10 @@ async fn the_loaded_config_files_hash_is_reported() {
         serde_json::from_str(&body).expect("status JSON")
     };
     assert_eq!(status(&pooler)["config_hash"], hash_of(first));
+    assert_eq!(
+        status(&pooler)["capabilities"],
+        serde_json::json!(["pool.max_db_connections"])
+    );
     let text = scrape(&pooler);
     assert_eq!(
         metric(&text, "droidpool_config_info", &[("hash", &hash_of(first))]),

@@ -13,7 +13,7 @@ use crate::support::metrics::{metric_or_zero, scrape};
 use crate::support::{self, Pooler};
 
 /// Client backends PostgreSQL has for database `db`.
-fn backends(db: &str) -> i64 {
+pub(crate) fn backends(db: &str) -> i64 {
     support::shared()
         .psql(&format!(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' \
@@ -25,7 +25,7 @@ fn backends(db: &str) -> i64 {
 
 /// A role that logs in without a password (the harness trusts roles not listed in its
 /// pg_hba), allowed into the test databases.
-fn trust_role(name: &str) {
+pub(crate) fn trust_role(name: &str) {
     support::shared().psql_db(
         "postgres",
         &format!(
@@ -36,7 +36,7 @@ fn trust_role(name: &str) {
 }
 
 /// This pool's entry in `/status`.
-fn pool_status(p: &Pooler, db: &str, user: &str) -> serde_json::Value {
+pub(crate) fn pool_status(p: &Pooler, db: &str, user: &str) -> serde_json::Value {
     let st = p.status();
     st["pools"]
         .as_array()
@@ -49,14 +49,14 @@ fn pool_status(p: &Pooler, db: &str, user: &str) -> serde_json::Value {
 }
 
 /// A client inside a transaction (so it holds its server).
-async fn in_transaction(p: &Pooler, user: &str, db: &str) -> Client {
+pub(crate) async fn in_transaction(p: &Pooler, user: &str, db: &str) -> Client {
     let c = p.connect(user, db).await;
     c.batch_execute("begin; select 1").await.expect("begin");
     c
 }
 
 /// Waits until `cond` holds, checking every 50 ms.
-async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + within;
     while !cond() {
         assert!(Instant::now() < end, "timed out waiting for {what}");
@@ -65,7 +65,9 @@ async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// `select 1` in the background, with when it finished (or its error).
-fn query_later(c: Client) -> tokio::task::JoinHandle<(Result<(), String>, Instant, Client)> {
+pub(crate) fn query_later(
+    c: Client,
+) -> tokio::task::JoinHandle<(Result<(), String>, Instant, Client)> {
     tokio::spawn(async move {
         let r = c
             .simple_query("select 1")

@@ -9,6 +9,7 @@ mod faults;
 mod kind_checker;
 mod lifecycle;
 mod limits;
+mod operator_budget;
 mod peers;
 mod prepared;
 mod relay;

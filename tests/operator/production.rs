@@ -339,13 +339,13 @@ async fn terminating_pods_still_count_against_the_budget() {
 
 /// A real pooler (the `droid-pool` binary) standing in for a pod's sidecar: it loads `file`
 /// and serves its admin port, where the operator asks which config it has loaded.
-struct Pooler {
+pub(crate) struct Pooler {
     child: std::process::Child,
-    admin: u16,
+    pub(crate) admin: u16,
 }
 
 impl Pooler {
-    fn start(file: &std::path::Path) -> Pooler {
+    pub(crate) fn start(file: &std::path::Path) -> Pooler {
         let admin = support::free_port();
         let port = support::free_port();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_droid-pool"))
@@ -383,7 +383,7 @@ impl Drop for Pooler {
 
 /// A Running pod on 127.0.0.1 whose `pooler-admin` port is `admin`, as the kubelet would
 /// report it.
-async fn running_pod(client: &Client, ns: &str, name: &str, admin: u16) {
+pub(crate) async fn running_pod(client: &Client, ns: &str, name: &str, admin: u16) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": "w", "droidpool.io/poolconfig": "w"}},
         "spec": {"automountServiceAccountToken": false,

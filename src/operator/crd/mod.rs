@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod shared;
-pub use shared::{LimitsSpec, UserSpec, UsersSecretRef};
+pub use shared::{BudgetScope, LimitsSpec, UserSpec, UsersSecretRef};
 
 /// The image of operator-deployed poolers when the spec names none.
 pub const DEFAULT_IMAGE: &str = "ghcr.io/droid-pool/droid-pool:0.1.0";
@@ -541,6 +541,10 @@ pub struct PoolConfigStatus {
     /// `maxServerConnections` as applied: the budget `appliedPoolSize` is the share of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<u32>,
+    /// With a budget: whether each pooler holds its share per database or only per pool (the
+    /// `ConfigRendered` message says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_scope: Option<BudgetScope>,
     /// The pooler pods' label selector (for the scale subresource and an HPA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,

@@ -33,6 +33,19 @@ pub struct LimitsSpec {
     pub reserve_pool_timeout: Option<String>,
 }
 
+/// Where each pooler's share of `maxServerConnections` is held.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BudgetScope {
+    /// Across all pools of each database of a pooler (`pool.max_db_connections`): clients
+    /// logging in as several users, or to several databases, share the pooler's share.
+    Database,
+    /// Per (database, user) pool only (`pool.size`): a pooler's connections are its share
+    /// times the pools its clients open. A pooler that cannot read `pool.max_db_connections`
+    /// (an older image) runs, or none has said yet that it can.
+    Pool,
+}
+
 /// One user's overrides.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]

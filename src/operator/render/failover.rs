@@ -17,6 +17,9 @@ pub struct Facts {
     /// The CloudNativePG Cluster is switching over (`status.targetPrimary` differs from
     /// `status.currentPrimary`).
     pub switchover: bool,
+    /// Every running pooler reads `pool.max_db_connections` (see [`super::Readers`]), so a
+    /// budget's share may be written as that limit too.
+    pub db_limit_readable: bool,
 }
 
 /// The server's host(s), their roles and the hold.
@@ -205,7 +208,10 @@ mod tests {
             Duration::ZERO,
             "held only while switching"
         );
-        let switching = Facts { switchover: true };
+        let switching = Facts {
+            switchover: true,
+            ..Facts::default()
+        };
         let held = render_with(&s, 1, switching).unwrap();
         assert_eq!(held.config.failover.hold_timeout, CNPG_HOLD);
         assert!(held.yaml.contains("hold_timeout: 30s"), "{}", held.yaml);

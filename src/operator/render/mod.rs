@@ -2,12 +2,14 @@
 //! share the budget) become the pooler's own typed `Config`, its YAML and hashes, and the
 //! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
 
+mod budget;
 mod failover;
 mod objects;
 mod shared;
 #[cfg(test)]
 mod tests;
 
+pub use budget::{sizing, Readers, Sizing};
 pub use failover::{Facts, CNPG_HOLD};
 
 pub use objects::{
@@ -61,36 +63,6 @@ pub enum RenderError {
     ServerChoice,
 }
 
-/// The per-pooler pool size and how it was reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sizing {
-    /// `pool.size` in each pooler's config.
-    pub pool_size: u32,
-    /// Poolers the budget was split over (at least 1).
-    pub poolers: u32,
-    /// The budget is smaller than the number of poolers, so 1 each exceeds it.
-    pub over_budget: bool,
-}
-
-/// The pool size for `poolers` poolers: `poolSize` as given, or `floor(budget / poolers)` but
-/// at least 1 (a pooler without a server connection serves nobody).
-pub fn sizing(spec: &PoolConfigSpec, poolers: u32) -> Result<Sizing, RenderError> {
-    let poolers = poolers.max(1);
-    match (spec.pool_size, spec.max_server_connections) {
-        (Some(size), None) if size >= 1 => Ok(Sizing {
-            pool_size: size,
-            poolers,
-            over_budget: false,
-        }),
-        (None, Some(budget)) if budget >= 1 => Ok(Sizing {
-            pool_size: (budget / poolers).max(1),
-            poolers,
-            over_budget: poolers > budget,
-        }),
-        _ => Err(RenderError::PoolSizeChoice),
-    }
-}
-
 /// The rendered pooler configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
@@ -129,8 +101,9 @@ pub fn render_with(
     render_observed(spec, poolers, facts, &[])
 }
 
-/// As [`render`], with everything observed: a CloudNativePG switchover (`facts`) and the
-/// pods listed as peers when the spec asks for cancel forwarding.
+/// As [`render`], with everything observed: a CloudNativePG switchover and whether every
+/// pooler reads `pool.max_db_connections` (`facts`), and the pods listed as peers when the
+/// spec asks for cancel forwarding.
 pub fn render_observed(
     spec: &PoolConfigSpec,
     poolers: u32,
@@ -144,8 +117,9 @@ pub fn render_observed(
             return Err(RenderError::TrafficPolicyOnClusterIp);
         }
     }
-    let sizing = sizing(spec, poolers)?;
+    let mut sizing = sizing(spec, poolers)?;
     let mut config = pooler_config(spec, sizing.pool_size)?;
+    budget::hold_share(&mut config, &mut sizing, facts.db_limit_readable);
     if wants_peers(spec) {
         config.peers = peers(pods);
     }

@@ -331,7 +331,7 @@ fn only_settings_that_differ_from_the_defaults_are_written() {
 
 /// Every key the 0.1.0 pooler's config loader accepts (frozen: poolers of that release refuse
 /// any other, so an operator must not write one unless a PoolConfig asks for a newer setting).
-const POOLER_0_1_0_KEYS: &[&str] = &[
+pub(super) const POOLER_0_1_0_KEYS: &[&str] = &[
     "listen.addr",
     "listen.port",
     "server.host",
@@ -417,7 +417,7 @@ const POOLER_0_1_0_KEYS: &[&str] = &[
 ];
 
 /// The dotted paths of `v`'s leaves (a mapping under a frozen key counts as that key).
-fn key_paths(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+pub(super) fn key_paths(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
     match v {
         serde_yaml::Value::Mapping(m) if !POOLER_0_1_0_KEYS.contains(&prefix) => {
             for (k, v) in m {
