@@ -14,7 +14,7 @@ use super::settings::RouteSpec;
 use crate::config::{HostAddr, LoadBalanceHosts, TargetSessionAttrs};
 use crate::events::Events;
 use crate::metrics::Metrics;
-use crate::resilience::{BreakerConfig, BreakerState, CircuitBreaker};
+use crate::resilience::{BreakerConfig, CircuitBreaker};
 use crate::server::{HostRecord, Role, Topology};
 
 /// A host that answered but did not fit is logged in to again (to see whether it was
@@ -144,9 +144,7 @@ impl Route {
 
     /// Every host's breaker is open or half-open: no login may start on its own.
     pub fn all_open(&self) -> bool {
-        self.hosts
-            .iter()
-            .all(|h| h.breaker.state() != BreakerState::Closed)
+        self.hosts.iter().all(|h| !h.breaker.is_closed())
     }
 
     /// The shortest time until some host's breaker admits a probe.

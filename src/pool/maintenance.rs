@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{CloseReason, Pool};
 
-const TICK: Duration = Duration::from_secs(1);
+pub(super) const TICK: Duration = Duration::from_secs(1);
 
 pub(super) fn spawn(pool: Pool) {
     tokio::spawn(async move {
@@ -39,6 +39,10 @@ pub(super) fn spawn(pool: Pool) {
                 }
             }
         }
+        // Servers checked in from now on are closed; those already idle go below.
+        pool.inner
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
         pool.drop_waiters();
         pool.close_idle_as(CloseReason::Retired);
     });
@@ -80,7 +84,15 @@ impl Pool {
                         open -= 1;
                         retire.push((conn, r));
                     }
-                    None => keep.push_back(conn),
+                    None => {
+                        // A `check_delay` of a tick or more is marked here rather than worked
+                        // out at every checkout (see `Pool::take_idle`).
+                        let mut conn = conn;
+                        conn.check_due = s
+                            .check_delay
+                            .is_some_and(|d| now.saturating_duration_since(conn.last_used) >= d);
+                        keep.push_back(conn)
+                    }
                 }
             }
             st.idle = keep;

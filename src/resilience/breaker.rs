@@ -11,6 +11,7 @@
 mod tests;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,9 @@ pub enum Admission {
 #[derive(Clone)]
 pub struct CircuitBreaker {
     shared: Arc<Mutex<Inner>>,
+    /// Whether the phase is `Closed`, readable without the lock: every wait for a server
+    /// asks whether all breakers are open.
+    closed: Arc<AtomicBool>,
 }
 
 /// Leave to attempt once; report the outcome with [`Permit::record_success`] or
@@ -105,6 +109,8 @@ struct Tally {
 struct Inner {
     config: BreakerConfig,
     phase: Phase,
+    /// `phase` is `Closed`; written with it, under the lock.
+    closed: Arc<AtomicBool>,
     generation: u64,
     consecutive_failures: u32,
     /// Openings since the breaker last closed: the exponent of the next cooldown ceiling.
@@ -127,9 +133,11 @@ impl CircuitBreaker {
         R: RngCore + Send + 'static,
     {
         config.validate()?;
+        let closed = Arc::new(AtomicBool::new(true));
         let inner = Inner {
             config: *config,
             phase: Phase::Closed,
+            closed: closed.clone(),
             generation: 0,
             consecutive_failures: 0,
             openings_in_row: 0,
@@ -139,7 +147,13 @@ impl CircuitBreaker {
         };
         Ok(CircuitBreaker {
             shared: Arc::new(Mutex::new(inner)),
+            closed,
         })
+    }
+
+    /// Whether the breaker is closed, without taking its lock.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Ask to make an attempt at `now`. In half-open, exactly one caller gets `Probe` until
@@ -339,6 +353,7 @@ impl Inner {
         self.phase = Phase::Open {
             until: now.checked_add(cooldown).unwrap_or(now),
         };
+        self.closed.store(false, Ordering::Release);
         self.generation += 1;
         self.openings_in_row = self.openings_in_row.saturating_add(1);
         self.consecutive_failures = 0;
@@ -348,6 +363,7 @@ impl Inner {
 
     fn close(&mut self) {
         self.phase = Phase::Closed;
+        self.closed.store(true, Ordering::Release);
         self.openings_in_row = 0;
         self.consecutive_failures = 0;
         self.outcomes.clear();

@@ -121,16 +121,20 @@ fn failures_older_than_the_ratio_window_do_not_count() {
 fn probe_success_closes() {
     let t0 = Instant::now();
     let b = breaker(&config(), 4);
+    assert!(b.is_closed());
     let cooldown = open(&b, t0);
+    assert!(!b.is_closed(), "the lock-free flag follows the phase");
     assert_eq!(b.retry_after(t0 + cooldown), Duration::ZERO);
     assert_eq!(b.state(), BreakerState::Open, "until someone asks");
     let t1 = t0 + cooldown;
     let p = probe(&b, t1);
     assert!(p.is_probe());
     assert_eq!(b.state(), BreakerState::HalfOpen);
+    assert!(!b.is_closed());
     assert_eq!(rejected_for(&b, t1), 250 * MS, "probe running: short hint");
     p.record_success(t1);
     assert_eq!(b.state(), BreakerState::Closed);
+    assert!(b.is_closed());
     assert!(matches!(b.try_acquire(t1), Admission::Allowed(_)));
     let c = b.counters();
     assert_eq!((c.opened, c.half_opened, c.closed), (1, 1, 1));
