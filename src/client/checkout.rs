@@ -54,29 +54,64 @@ impl Session<'_> {
         loop {
             let c = match conn.take() {
                 Some(c) => c,
-                None => self.wait_for_server(started).await?,
+                None => {
+                    // The wait is written out here rather than in a future of its own: most
+                    // transactions wait when clients outnumber servers.
+                    self.check_killed()?;
+                    // The wait for a server (and its deadline) starts after any PAUSE.
+                    let since = if self.shared.lifecycle.is_paused_for(self.pool.database()) {
+                        Box::pin(self.wait_unpaused()).await?
+                    } else {
+                        tokio::time::Instant::from_std(started)
+                    };
+                    // A KILL stops this wait through the ticket (the pool drops the waiter, or
+                    // refuses to queue it once killed): no registration of its own per wait.
+                    let pool = self.pool.clone();
+                    let checkout = pool.checkout_as(since, Some(self.cancel.ticket()));
+                    tokio::pin!(checkout);
+                    loop {
+                        tokio::select! {
+                            r = &mut checkout => {
+                                if self.cancel.is_killed() {
+                                    if let Ok(conn) = r {
+                                        self.pool.discard(conn, CloseReason::Killed);
+                                    }
+                                    return Err(ClientError::Killed);
+                                }
+                                break r?;
+                            }
+                            r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                                if r? == 0 {
+                                    return Err(ClientError::Gone);
+                                }
+                            }
+                        }
+                    }
+                }
             };
-            // One that fails its check is closed: the next idle server, or a new login.
-            if let Some(c) = self.checked(c).await? {
-                return self.sync_and_hold(c, started).await;
+            // The common case after a wait, without entering the check's or the sync's future.
+            if !c.check_due && c.in_sync_with(&self.params) {
+                self.hold_taken(c, started);
+                return Ok(());
+            }
+            // One that fails its check is closed: the next idle server, or a new login. Boxed:
+            // both are large futures, and neither is due on most waits.
+            if let Some(c) = Box::pin(self.checked(c)).await? {
+                return Box::pin(self.sync_and_hold(c, started)).await;
             }
         }
     }
 
-    async fn wait_for_server(&mut self, started: Instant) -> Result<Server, ClientError> {
-        // PAUSE holds new transactions (running ones finish); a client leaving is still seen.
+    /// Waits out a PAUSE of this client's database (running transactions finish meanwhile),
+    /// still seeing the client leave or a KILL; returns when it ended.
+    async fn wait_unpaused(&mut self) -> Result<tokio::time::Instant, ClientError> {
         let l = self.shared.lifecycle.clone();
-        // The wait for a server (and its deadline) starts after any PAUSE.
-        let mut since = tokio::time::Instant::from_std(started);
-        let mut paused = false;
         let pool = self.pool.clone();
-        self.check_killed()?;
         while l.is_paused_for(pool.database()) {
             // Made before the look at the slot, so a KILL in between is not missed (a
             // Notified hears notify_waiters from its creation on).
             let kicked = l.kicked.notified();
             self.check_killed()?;
-            paused = true;
             tokio::select! {
                 _ = l.wait_unpaused_for(pool.database()) => {}
                 _ = kicked => {}
@@ -87,31 +122,7 @@ impl Session<'_> {
                 }
             }
         }
-        if paused {
-            since = tokio::time::Instant::now();
-        }
-        // A KILL stops this wait through the ticket (the pool drops the waiter, or refuses to
-        // queue it once killed): no registration of its own per wait.
-        let checkout = pool.checkout_as(since, Some(self.cancel.ticket()));
-        tokio::pin!(checkout);
-        loop {
-            tokio::select! {
-                r = &mut checkout => {
-                    if self.cancel.is_killed() {
-                        if let Ok(conn) = r {
-                            self.pool.discard(conn, CloseReason::Killed);
-                        }
-                        return Err(ClientError::Killed);
-                    }
-                    return Ok(r?);
-                }
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
-                    if r? == 0 {
-                        return Err(ClientError::Gone);
-                    }
-                }
-            }
-        }
+        Ok(tokio::time::Instant::now())
     }
 
     async fn sync_and_hold(
@@ -127,6 +138,12 @@ impl Session<'_> {
             }
             return Err(e);
         }
+        self.hold_taken(conn, started);
+        Ok(())
+    }
+
+    /// Holds a server that was ready to use, counting the wait since `started`.
+    fn hold_taken(&mut self, conn: Server, started: Instant) {
         let now = Instant::now();
         self.shared
             .metrics
@@ -134,7 +151,6 @@ impl Session<'_> {
             .wait_seconds
             .observe(now.duration_since(started).as_secs_f64());
         self.hold(conn, now);
-        Ok(())
     }
 
     /// Starts holding a server taken (and synced) at `now`.

@@ -87,11 +87,11 @@ impl Session<'_> {
                 self.skipping = false;
             }
             if self.server.is_none() && self.needs_server(tag, &self.cbuf[..seen], whole)? {
-                // Boxed: the checkout future is large and only lives while waiting for a server
-                // or syncing one.
+                // Not boxed: a wait is a small future (the idle check and the settings sync,
+                // which are not, are boxed inside it when due).
                 let res = match self.acquire_now() {
                     Ok(()) => Ok(()),
-                    Err(taken) => Box::pin(self.acquire(taken)).await,
+                    Err(taken) => self.acquire(taken).await,
                 };
                 if let Err(e) = res {
                     match e {
