@@ -85,9 +85,11 @@ impl Session<'_> {
         m.queries.inc();
         if let Some(since) = self.request_since.take() {
             let now = Instant::now();
-            m.query_seconds
-                .observe(now.saturating_duration_since(since).as_secs_f64());
-            self.ready_at = Some(now);
+            let took = now.saturating_duration_since(since).as_secs_f64();
+            m.query_seconds.observe(took);
+            // One subtraction for both histograms when the query began the transaction.
+            let began = self.held_since == Some(since);
+            self.ready_at = Some((now, began.then_some(took)));
         }
     }
 

@@ -99,8 +99,9 @@ pub struct Session<'a> {
     pub(super) held_since: Option<Instant>,
     pub(super) request_since: Option<Instant>,
     /// When the last ReadyForQuery was handled, within the current step only (so a release
-    /// right after it reuses that clock read).
-    pub(super) ready_at: Option<Instant>,
+    /// right after it reuses that clock read), and the query's seconds when that query began
+    /// the transaction (an autocommit statement: the transaction took as long).
+    pub(super) ready_at: Option<(Instant, Option<f64>)>,
     /// Kept statements already counted in the gauge.
     pub(super) kept_counted: usize,
     /// Held by a session that keeps its buffers and round between transactions.
@@ -408,12 +409,15 @@ impl<'a> Session<'a> {
     /// Counts the transaction that ends now; returns the clock read it used.
     pub(super) fn count_transaction(&mut self) -> Instant {
         // A ReadyForQuery handled in this same step already read the clock.
-        let now = self.ready_at.take().unwrap_or_else(Instant::now);
+        let (now, took) = self
+            .ready_at
+            .take()
+            .unwrap_or_else(|| (Instant::now(), None));
         if let Some(since) = self.held_since.take() {
             let m = &self.shared.metrics.clients;
             m.transactions.inc();
-            m.transaction_seconds
-                .observe(now.saturating_duration_since(since).as_secs_f64());
+            let took = took.unwrap_or_else(|| now.saturating_duration_since(since).as_secs_f64());
+            m.transaction_seconds.observe(took);
         }
         now
     }
