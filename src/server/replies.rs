@@ -271,6 +271,8 @@ impl Replies {
     }
 
     /// Pops the pooler's answers that have reached the front (their bytes go to the client).
+    /// Inlined: asked before every server message, and almost always answered no.
+    #[inline]
     pub fn pop_answer(&mut self) -> Option<Owed> {
         if self.q.front().is_some_and(Owed::is_answer) {
             self.pop()
@@ -301,6 +303,8 @@ impl Replies {
     }
 
     /// Classifies one server message (other than ErrorResponse) by the entry in front.
+    /// Inlined into the relay's loop, so the step is built in registers.
+    #[inline]
     pub fn on_message(&mut self, tag: u8) -> Step {
         let ready = tag == b::READY_FOR_QUERY_TAG;
         if matches!(
