@@ -148,7 +148,7 @@ impl Shared {
     /// (Re)reads the users file, the passwords directory and the TLS files named by `cfg`.
     /// All or nothing: on error what was loaded before stays in force.
     pub fn load_secrets(&self, cfg: &Config) -> Result<(), SecretsError> {
-        let users = crate::auth::Users::load(&cfg.auth)?;
+        let users = crate::auth::Users::load(cfg)?;
         self.tls.load(&cfg.tls)?;
         let n = users.len();
         // Server credentials learnt from a credential that changed go: a user found in the

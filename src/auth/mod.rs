@@ -3,6 +3,7 @@
 //! that reloads them. Credentials never print: `Debug` is redacted throughout.
 
 pub mod query;
+pub mod salts;
 pub mod scram;
 pub mod userlist;
 
@@ -15,9 +16,10 @@ use std::sync::{Arc, RwLock};
 use md5::{Digest, Md5};
 use thiserror::Error;
 
-use crate::config::{AuthConfig, Secret};
+use crate::config::{Config, Secret};
 use crate::server::{ScramKeys, ServerSecret};
 pub use query::AuthQueryCache;
+pub use salts::SaltSecret;
 pub use scram::{Exchange, ScramError, Verifier};
 
 #[derive(Debug, Error)]
@@ -57,8 +59,15 @@ impl std::fmt::Debug for Credential {
 }
 
 impl Credential {
-    /// Classifies a stored password as PostgreSQL and PgBouncer do.
-    pub fn from_stored(stored: &str) -> Credential {
+    /// Classifies `user`'s stored password as PostgreSQL and PgBouncer do; a plaintext one
+    /// gets a verifier with the salt `salts` gives the name, so every replica challenges it
+    /// alike.
+    pub fn from_stored(
+        user: &str,
+        stored: &str,
+        salts: &SaltSecret,
+        iterations: u32,
+    ) -> Credential {
         if let Some(v) = Verifier::parse(stored) {
             return Credential::Scram(v);
         }
@@ -66,7 +75,7 @@ impl Credential {
             return Credential::Md5(stored.to_owned());
         }
         Credential::Plain {
-            verifier: Verifier::from_password(stored),
+            verifier: salts.verifier(user, stored, iterations),
             password: Secret::new(stored.to_owned()),
         }
     }
@@ -149,73 +158,123 @@ pub fn md5_matches(stored: &str, salt: [u8; 4], response: &[u8]) -> bool {
             == 0
 }
 
-/// The users known from files; replaced whole on reload.
-#[derive(Default)]
-pub struct Users(HashMap<String, Credential>);
+/// The users known from files, and what challenges derive from them; replaced whole on
+/// reload.
+pub struct Users {
+    map: HashMap<String, Credential>,
+    salts: SaltSecret,
+    /// The iteration count of the stored SCRAM verifiers (the most common), which mock and
+    /// derived verifiers use too.
+    iterations: u32,
+    /// The share of users stored with a SCRAM verifier only: in md5 mode they are challenged
+    /// with SCRAM while the others get md5, and unknown names are split the same way.
+    scram_only_share: f64,
+}
 
 impl std::fmt::Debug for Users {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Users({} users)", self.0.len())
+        write!(f, "Users({} users)", self.map.len())
+    }
+}
+
+impl Default for Users {
+    fn default() -> Self {
+        Users::from_entries(&Config::default(), Vec::new())
     }
 }
 
 impl Users {
     /// Reads `users_file`, then `passwords_dir` (whose entries win: it is the Secret).
-    pub fn load(cfg: &AuthConfig) -> Result<Users, AuthError> {
+    pub fn load(cfg: &Config) -> Result<Users, AuthError> {
+        let mut entries = Vec::new();
+        if let Some(path) = &cfg.auth.users_file {
+            entries.extend(userlist::read_userlist(path)?);
+        }
+        if let Some(dir) = &cfg.auth.passwords_dir {
+            entries.extend(userlist::read_passwords_dir(dir)?);
+        }
+        Ok(Users::from_entries(cfg, entries))
+    }
+
+    /// The users of `entries` (a later entry of a name wins).
+    pub fn from_entries(cfg: &Config, entries: Vec<(String, String)>) -> Users {
+        let salts = SaltSecret::derive(cfg, &entries);
+        let mut counts: HashMap<u32, usize> = HashMap::new();
+        for (_, stored) in &entries {
+            if let Some(v) = Verifier::parse(stored) {
+                *counts.entry(v.iterations).or_default() += 1;
+            }
+        }
+        let iterations = counts
+            .into_iter()
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+            .map_or(salts::DEFAULT_ITERATIONS, |(i, _)| i);
         let mut map = HashMap::new();
-        if let Some(path) = &cfg.users_file {
-            for (user, stored) in userlist::read_userlist(path)? {
-                map.insert(user, Credential::from_stored(&stored));
-            }
+        for (user, stored) in entries {
+            let cred = Credential::from_stored(&user, &stored, &salts, iterations);
+            map.insert(user, cred);
         }
-        if let Some(dir) = &cfg.passwords_dir {
-            for (user, password) in userlist::read_passwords_dir(dir)? {
-                map.insert(user, Credential::from_stored(&password));
+        let scram_only = map
+            .values()
+            .filter(|c| matches!(c, Credential::Scram(_)))
+            .count();
+        let scram_only_share = if map.is_empty() {
+            // Only auth_query (or nobody): PostgreSQL stores SCRAM verifiers by default.
+            if cfg.auth.auth_user.is_some() {
+                1.0
+            } else {
+                0.0
             }
+        } else {
+            scram_only as f64 / map.len() as f64
+        };
+        Users {
+            map,
+            salts,
+            iterations,
+            scram_only_share,
         }
-        Ok(Users(map))
     }
 
     pub fn get(&self, user: &str) -> Option<&Credential> {
-        self.0.get(user)
+        self.map.get(user)
+    }
+
+    /// A credential looked up elsewhere (auth_query), classified as the files' are.
+    pub fn credential(&self, user: &str, stored: &str) -> Credential {
+        Credential::from_stored(user, stored, &self.salts, self.iterations)
+    }
+
+    /// The verifier an unknown `user` is challenged with: nobody can pass it, and its salt and
+    /// iteration count are what a real user's would be, the same at every attempt, on every
+    /// replica (PostgreSQL's mock authentication).
+    pub fn mock_verifier(&self, user: &str) -> Verifier {
+        self.salts.mock_verifier(user, self.iterations)
+    }
+
+    /// Whether an unknown `user` is challenged with SCRAM in md5 mode: as the share of known
+    /// users that can only answer SCRAM, fixed per name.
+    pub fn unknown_gets_scram_in_md5_mode(&self, user: &str) -> bool {
+        self.salts.fraction(user) < self.scram_only_share
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.map.is_empty()
     }
 }
 
 /// The users in force and the auth_query cache, shared by all clients.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct AuthStore {
     users: RwLock<Arc<Users>>,
     pub cache: AuthQueryCache,
-    /// This process's secret for mock SCRAM exchanges: an unknown user's salt is derived from
-    /// it and the name, so it is the same every time, as a real user's is.
-    mock_secret: [u8; 32],
-}
-
-impl Default for AuthStore {
-    fn default() -> Self {
-        AuthStore {
-            users: RwLock::default(),
-            cache: AuthQueryCache::default(),
-            mock_secret: rand::Rng::gen(&mut rand::thread_rng()),
-        }
-    }
 }
 
 impl AuthStore {
-    /// The verifier an unknown `user` is challenged with: nobody can pass it, and its salt and
-    /// iteration count are the same at every attempt (PostgreSQL's mock authentication).
-    pub fn mock_verifier(&self, user: &str) -> Verifier {
-        Verifier::mock_for(user, &self.mock_secret)
-    }
-
     /// Puts freshly read users in force (and forgets looked-up ones).
     pub fn replace(&self, users: Users) {
         *self.users.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(users);
@@ -239,20 +298,22 @@ mod tests {
         assert!(md5_matches(&stored, salt, sent.as_bytes()));
         let wrong = postgres_protocol::authentication::md5_hash(b"md5_user", b"nope", salt);
         assert!(!md5_matches(&stored, salt, wrong.as_bytes()));
+        let salts = SaltSecret::from_bytes([1; 32]);
         assert!(matches!(
-            Credential::from_stored(&stored),
+            Credential::from_stored("md5_user", &stored, &salts, 4096),
             Credential::Md5(_)
         ));
     }
 
     #[test]
     fn stored_forms_are_told_apart_and_never_print() {
+        let salts = SaltSecret::from_bytes([1; 32]);
         let scram = postgres_protocol::password::scram_sha_256(b"pw");
         assert!(matches!(
-            Credential::from_stored(&scram),
+            Credential::from_stored("u", &scram, &salts, 4096),
             Credential::Scram(_)
         ));
-        let plain = Credential::from_stored("hunter2");
+        let plain = Credential::from_stored("u", "hunter2", &salts, 4096);
         assert!(plain.md5_hash("u").is_some() && plain.verifier().is_some());
         assert!(!format!("{plain:?}").contains("hunter2"));
     }

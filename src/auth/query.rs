@@ -223,7 +223,7 @@ mod tests {
     fn cache_expires_and_is_bounded_least_recently_used_first() {
         let c = AuthQueryCache::default();
         let ttl = Duration::from_secs(60);
-        let cred = || Some(Credential::from_stored("md5abc"));
+        let cred = || Some(Credential::Md5("md5abc".into()));
         c.put("db", "real", cred(), 3);
         c.put("db", "ghost", None, 3);
         assert!(matches!(c.get("db", "ghost", ttl, ttl), Some(None)));

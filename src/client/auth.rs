@@ -47,16 +47,21 @@ pub(super) async fn authenticate(
         .pools
         .learned()
         .forget_unless(user, |s| cred.as_ref().is_some_and(|c| c.agrees_with(s)));
-    let mock = || shared.auth.mock_verifier(user);
+    let users = shared.auth.users();
+    let mock = || users.mock_verifier(user);
     let mut ex = Exchanger { stream, buf, out };
     let md5 = cred.as_ref().and_then(|c| c.md5_hash(user));
     // The method follows the stored credential, never whether the user exists: in md5 mode an
-    // unknown user is challenged as a user stored with a SCRAM verifier (PostgreSQL's default
-    // password_encryption) is, with SCRAM. `proved`: `None` if the proof failed, else the
-    // SCRAM keys it gave, if any.
+    // unknown name gets md5 or SCRAM in the proportion known users do (fixed per name), so
+    // neither the first challenge nor its salt tells it from a real user. `proved`: `None`
+    // if the proof failed, else the SCRAM keys it gave, if any.
     let proved = match (method, &cred) {
         (AuthMethod::Md5, Some(Credential::Md5(_) | Credential::Plain { .. })) => {
             ex.md5(md5).await?.then_some(None)
+        }
+        (AuthMethod::Md5, None) if !users.unknown_gets_scram_in_md5_mode(user) => {
+            ex.md5(None).await?;
+            None
         }
         (_, Some(Credential::Md5(_))) => {
             tracing::warn!(
@@ -124,7 +129,10 @@ async fn credential(
     }
     let database = &a.auth_database;
     let cache = &shared.auth.cache;
-    if let Some(hit) = cache.get(database, user, a.auth_cache_ttl, a.auth_negative_cache_ttl) {
+    // One TTL for both answers unless configured otherwise: a shorter one for misses would
+    // tell a prober which names exist by which answer is still cached.
+    let missing_ttl = a.auth_negative_cache_ttl.unwrap_or(a.auth_cache_ttl);
+    if let Some(hit) = cache.get(database, user, a.auth_cache_ttl, missing_ttl) {
         lookups.with_label_values(&["cached"]).inc();
         return Ok(hit);
     }
@@ -148,7 +156,8 @@ async fn credential(
             pool.checkin(conn);
             let result = if stored.is_some() { "found" } else { "missing" };
             lookups.with_label_values(&[result]).inc();
-            let cred = stored.as_deref().map(Credential::from_stored);
+            let users = shared.auth.users();
+            let cred = stored.as_deref().map(|s| users.credential(user, s));
             cache.put(database, user, cred.clone(), a.auth_cache_size);
             Ok(cred)
         }

@@ -80,9 +80,15 @@ pub struct AuthConfig {
     /// How long a looked-up verifier is reused.
     #[serde(with = "humantime_serde")]
     pub auth_cache_ttl: Duration,
-    /// How long "no such user" is reused (shorter: a user created just now can log in soon).
-    #[serde(with = "humantime_serde")]
-    pub auth_negative_cache_ttl: Duration,
+    /// How long "no such user" is reused. Equal to `auth_cache_ttl` by default: a shorter
+    /// one lets a prober tell real names from made-up ones by which answer is cached.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub auth_negative_cache_ttl: Option<Duration>,
+    /// The secret mock SCRAM salts of unknown users derive from (or `mock_secret_file`);
+    /// unset, it derives from the configured credentials, so every replica with the same
+    /// configuration, before and after a restart, gives a made-up name the same salt.
+    pub mock_secret: Option<Secret>,
+    pub mock_secret_file: Option<PathBuf>,
 }
 
 impl Default for AuthConfig {
@@ -101,7 +107,9 @@ impl Default for AuthConfig {
             auth_cache_size: 10_000,
             auth_query: DEFAULT_AUTH_QUERY.into(),
             auth_cache_ttl: Duration::from_secs(30),
-            auth_negative_cache_ttl: Duration::from_secs(5),
+            auth_negative_cache_ttl: None,
+            mock_secret: None,
+            mock_secret_file: None,
         }
     }
 }

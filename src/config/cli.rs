@@ -41,6 +41,9 @@ pub struct Cli {
     /// Address of the admin HTTP server [default: 127.0.0.1].
     #[arg(long)]
     pub admin_addr: Option<IpAddr>,
+    /// File holding the admin token the control routes need (`admin.token_file`).
+    #[arg(long, value_name = "FILE", env = "DROID_POOL_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Log format for diagnostics on stderr (filter with RUST_LOG) [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<CliLogFormat>,
@@ -75,6 +78,10 @@ impl Cli {
         }
         if self.track_prepared {
             cfg.pool.track_prepared = true;
+        }
+        if let Some(f) = &self.admin_token_file {
+            cfg.admin.token = None;
+            cfg.admin.token_file = Some(f.clone());
         }
         if let Some(p) = self.admin_port {
             cfg.admin.port = p;

@@ -1,6 +1,7 @@
 //! The one typed configuration: YAML file + command-line flags, defaults, and validation.
 //! Loaded once, immutable afterwards; a reload builds and validates a new value.
 
+mod admin;
 mod auth;
 mod cli;
 mod failover;
@@ -8,6 +9,7 @@ mod secret;
 mod shared_pooler;
 mod tls;
 
+pub use admin::AdminConfig;
 pub use auth::{AuthConfig, AuthMethod, DEFAULT_AUTH_DATABASE, DEFAULT_AUTH_QUERY};
 pub use cli::Cli;
 pub use failover::{
@@ -121,24 +123,6 @@ pub fn fnv1a_hex(bytes: &[u8]) -> String {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{h:016x}")
-}
-
-/// The admin HTTP server: probes, metrics, status, reload and drain.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct AdminConfig {
-    pub addr: IpAddr,
-    pub port: u16,
-    /// Bearer token that allows `POST /reload` and `POST /drain` from non-loopback peers.
-    pub token: Option<Secret>,
-    /// Also report not-ready while no server login has succeeded recently (off: a shared
-    /// database outage must not withdraw every replica).
-    pub readiness_checks_backend: bool,
-    /// Also export pool gauges under pgbouncer_exporter's names.
-    pub pgbouncer_metric_names: bool,
-    /// Users allowed into the SQL admin console (`psql -d droidpool`); empty: console off.
-    #[serde(alias = "admin_users")]
-    pub console_users: Vec<String>,
 }
 
 /// What SIGTERM does to clients.
@@ -386,19 +370,6 @@ impl<'de> Deserialize<'de> for EventLevel {
     }
 }
 
-impl Default for AdminConfig {
-    fn default() -> Self {
-        AdminConfig {
-            addr: IpAddr::from([127, 0, 0, 1]),
-            port: 9127,
-            token: None,
-            readiness_checks_backend: false,
-            pgbouncer_metric_names: true,
-            console_users: Vec::new(),
-        }
-    }
-}
-
 impl Default for DrainConfig {
     fn default() -> Self {
         DrainConfig {
@@ -549,6 +520,14 @@ impl Config {
         if let (None, Some(path)) = (&self.auth.auth_password, &self.auth.auth_password_file) {
             self.auth.auth_password = Some(read_secret_file(path)?);
         }
+        if let (None, Some(path)) = (&self.admin.token, &self.admin.token_file) {
+            let token = read_secret_file(path)?;
+            let trimmed = token.expose().trim();
+            self.admin.token = (!trimmed.is_empty()).then(|| Secret::new(trimmed.to_owned()));
+        }
+        if let (None, Some(path)) = (&self.auth.mock_secret, &self.auth.mock_secret_file) {
+            self.auth.mock_secret = Some(read_secret_file(path)?);
+        }
         Ok(())
     }
 
@@ -584,6 +563,7 @@ impl Config {
         if self.server.check_query.contains('\0') {
             return bad("server.check_query must not contain a NUL character".into());
         }
+        self.admin.validate().map_err(ConfigError::Invalid)?;
         let c = &self.client;
         if c.max_message_size < 1024 {
             return bad("client.max_message_size must be at least 1024".into());
