@@ -192,6 +192,8 @@ run_driver() { # $1 = driver, $2 = table
       ;;
     node)
       (cd tests/drivers && node node_pg.js "${common[@]}")
+      # Terminate before the StartupMessage gets no reply (issue 29).
+      (cd tests/drivers && node node_quick_disconnect.js --port "$POOLER_PORT")
       ;;
   esac
 }

@@ -144,9 +144,8 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
                     l.accepted.fetch_add(1, Ordering::Relaxed);
-                    if let Some(pending) = admit(shared, &stream, peer) {
-                        tracker.spawn(crate::client::serve(stream, shared.clone(), pending));
-                    }
+                    let pending = admit(shared, peer);
+                    tracker.spawn(crate::client::serve(stream, shared.clone(), pending));
                 }
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly instead of spinning.
@@ -158,52 +157,25 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
     }
 }
 
-/// Counts a new connection among the pending logins, or refuses it at once with 53300 (its
-/// address has too many pending). Older pending logins ended to make room are counted here;
-/// each tells its own client.
-fn admit(
-    shared: &Shared,
-    stream: &tokio::net::TcpStream,
-    peer: SocketAddr,
-) -> Option<crate::net::admission::Pending> {
+/// Counts a new connection among the pending logins. Older pending logins ended to make
+/// room are counted here; each tells its own client.
+fn admit(shared: &Shared, peer: SocketAddr) -> crate::net::admission::Pending {
     let cfg = shared.config.load();
     let c = &cfg.client;
     let shed = &shared.metrics.clients.shed;
-    match shared
-        .pending_logins
-        .admit(peer.ip(), c.max_pending_logins, c.max_pending_logins_per_ip)
-    {
-        Ok((pending, evicted)) => {
-            if evicted > 0 {
-                shed.with_label_values(&["pending_logins"])
-                    .inc_by(evicted as u64);
-            }
-            Some(pending)
-        }
-        Err(crate::net::admission::Refusal::PerIp) => {
-            shed.with_label_values(&["pending_logins_per_ip"]).inc();
-            shared
-                .metrics
-                .pooler_error(crate::protocol::sqlstate::TOO_MANY_CONNECTIONS);
-            let mut out = bytes::BytesMut::new();
-            let fields = crate::protocol::backend::ErrorFields {
-                severity: "FATAL".into(),
-                code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS.into(),
-                message: format!(
-                    "too many connections from {} are still logging in \
-                     (client.max_pending_logins_per_ip)",
-                    peer.ip()
-                ),
-                detail: None,
-                hint: None,
-            };
-            crate::protocol::backend::error_response(&mut out, &fields);
-            // A fresh socket's send buffer takes it at once; the close follows.
-            let _ = stream.try_write(&out);
-            shared.lifecycle.refused.fetch_add(1, Ordering::Relaxed);
-            None
+    let (pending, evicted) =
+        shared
+            .pending_logins
+            .admit(peer.ip(), c.max_pending_logins, c.max_pending_logins_per_ip);
+    for (reason, n) in [
+        ("pending_logins_per_ip", evicted.per_ip),
+        ("pending_logins", evicted.total),
+    ] {
+        if n > 0 {
+            shed.with_label_values(&[reason]).inc_by(n as u64);
         }
     }
+    pending
 }
 
 /// Closes clients as the drain mode says and enforces the deadline.

@@ -47,6 +47,22 @@ fn secret_fingerprints(cfg: &Config) -> Vec<Fingerprint> {
     paths.iter().map(|p| fingerprint(p)).collect()
 }
 
+/// The fingerprints of the files the configuration resolves into itself (server and
+/// auth_query passwords, the admin token, the mock secret): a change reloads the whole
+/// configuration, so a rotated password reaches every pool's next server login.
+fn resolved_fingerprints(cfg: &Config) -> Vec<Fingerprint> {
+    [
+        &cfg.server.password_file,
+        &cfg.auth.auth_password_file,
+        &cfg.admin.token_file,
+        &cfg.auth.mock_secret_file,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| fingerprint(p))
+    .collect()
+}
+
 /// Re-reads credentials and certificates; on error the loaded ones stay.
 fn reload_secrets(shared: &Shared, cfg: &Config) {
     if let Err(e) = shared.load_secrets(cfg) {
@@ -65,6 +81,7 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
     tokio::spawn(async move {
         let mut last = cli.config.as_deref().map(fingerprint);
         let mut secrets = secret_fingerprints(&shared.config.load());
+        let mut resolved = resolved_fingerprints(&shared.config.load());
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -79,13 +96,24 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
                         tracing::info!("credential or certificate files changed on disk");
                         reload_secrets(&shared, &cfg);
                     }
-                    let Some(path) = cli.config.as_deref() else { continue };
-                    let now = fingerprint(path);
-                    if last.as_ref() == Some(&now) {
+                    let files = resolved_fingerprints(&cfg);
+                    let changed = match cli.config.as_deref() {
+                        Some(path) => {
+                            let now = fingerprint(path);
+                            let changed = last.as_ref() != Some(&now);
+                            if changed {
+                                tracing::info!(path = %path.display(), "config file changed on disk");
+                            }
+                            last = Some(now);
+                            changed
+                        }
+                        None => false,
+                    };
+                    if files != resolved {
+                        tracing::info!("a password, token or secret file changed on disk");
+                    } else if !changed {
                         continue;
                     }
-                    last = Some(now);
-                    tracing::info!(path = %path.display(), "config file changed on disk");
                 }
             }
             if let Some(path) = cli.config.as_deref() {
@@ -94,6 +122,7 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
             reload(&shared, &cli);
             let cfg = shared.config.load();
             secrets = secret_fingerprints(&cfg);
+            resolved = resolved_fingerprints(&cfg);
             reload_secrets(&shared, &cfg);
         }
     });

@@ -2,7 +2,9 @@
 //! own thread and runtime, so it answers while the data plane is saturated, and it owns the
 //! signal handlers so readiness drops the moment SIGTERM arrives.
 
+mod guard;
 mod http;
+mod server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,10 +40,8 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
                         return;
                     }
                 };
-                let app = http::router(shared).into_make_service_with_connect_info::<SocketAddr>();
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!(error = %e, "admin server stopped");
-                }
+                let (config, metrics) = (shared.config.clone(), shared.metrics.clone());
+                server::serve(listener, http::router(shared), config, metrics).await;
             })
         })?;
     Ok(local)

@@ -252,6 +252,11 @@ impl Users {
         self.salts.mock_verifier(user, self.iterations)
     }
 
+    /// `user`'s name as readers without the admin token see it.
+    pub fn pseudonym(&self, user: &str) -> String {
+        self.salts.pseudonym(user)
+    }
+
     /// Whether an unknown `user` is challenged with SCRAM in md5 mode: as the share of known
     /// users that can only answer SCRAM, fixed per name.
     pub fn unknown_gets_scram_in_md5_mode(&self, user: &str) -> bool {

@@ -50,7 +50,7 @@ impl SaltSecret {
         SaltSecret(h.finalize().into())
     }
 
-    #[cfg(test)]
+    /// A given secret (tests and fuzz targets).
     pub fn from_bytes(b: [u8; 32]) -> SaltSecret {
         SaltSecret(b)
     }
@@ -58,6 +58,17 @@ impl SaltSecret {
     /// The salt of `user`'s verifiers that the pooler makes itself.
     pub fn salt(&self, user: &str) -> Vec<u8> {
         hmac(&self.0, &[b"salt\0", user.as_bytes()])[..SALT_LEN].to_vec()
+    }
+
+    /// What `/status` and `/metrics` call `user` for a reader without the admin token: the
+    /// same on every replica and scrape (series stay continuous), and no name in it.
+    pub fn pseudonym(&self, user: &str) -> String {
+        let h = hmac(&self.0, &[b"pseudonym\0", user.as_bytes()]);
+        let mut out = String::from("user-");
+        for b in &h[..6] {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
     }
 
     /// A number in [0, 1) fixed for `user`: picks an unknown user's challenge where known

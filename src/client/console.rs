@@ -24,6 +24,7 @@ pub fn is_console_database(db: &str) -> bool {
 pub(super) async fn serve(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
+    who: Caller,
     mut buf: BytesMut,
     mut out: BytesMut,
 ) -> Result<(), ClientError> {
@@ -62,7 +63,7 @@ pub(super) async fn serve(
                 // A command that waits (PAUSE, KILL, WAIT_CLOSE) waits no longer than its
                 // client: one that leaves ends the wait.
                 {
-                    let work = run(shared, &sql, &mut out);
+                    let work = run(shared, &sql, &who, &mut out);
                     tokio::pin!(work);
                     loop {
                         tokio::select! {
@@ -90,8 +91,8 @@ pub(super) async fn serve(
     }
 }
 
-async fn run(shared: &Arc<Shared>, sql: &str, out: &mut BytesMut) {
-    match execute(shared, sql, "console").await {
+async fn run(shared: &Arc<Shared>, sql: &str, who: &Caller, out: &mut BytesMut) {
+    match execute(shared, sql, who).await {
         Answer::Table(cols, rows) => {
             table(out, cols, &rows);
             complete(out, "SHOW");
@@ -111,13 +112,20 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// The answer as text: a header and tab-separated rows, the tag, or `ERROR code: ...`.
+    /// The answer as text: a header and tab-separated rows (each value escaped, so a name
+    /// holding a tab or a newline cannot forge a column or a row), the tag, or `ERROR
+    /// code: ...`.
     pub fn to_text(&self) -> String {
         match self {
             Answer::Table(cols, rows) => {
                 let mut out = cols.join("\t") + "\n";
                 for r in rows {
-                    out.push_str(&r.join("\t"));
+                    for (i, v) in r.iter().enumerate() {
+                        if i > 0 {
+                            out.push('\t');
+                        }
+                        out.push_str(&escape(v));
+                    }
                     out.push('\n');
                 }
                 out
@@ -128,8 +136,40 @@ impl Answer {
     }
 }
 
-/// Runs one console command (`via`: where it came from, for the audit line).
-pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
+/// A console value as COPY's text format writes it: backslash, tab, newline and carriage
+/// return as `\\`, `\t`, `\n`, `\r`, other control characters as `\xNN`. Names are the
+/// clients' choice; escaped, one cannot pass for a row or column of its own in the text
+/// answer, nor in psql's unaligned output of the SQL console.
+pub fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.chars().any(|c| c == '\\' || c.is_control()) {
+        return std::borrow::Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Who ran a console command, for the audit line.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// `http` (`POST /console`) or `sql` (the SQL console).
+    pub via: &'static str,
+    pub peer: Option<std::net::SocketAddr>,
+    /// The credential it proved itself with (`admin.token`, `user "ops" (scram-sha-256)`).
+    pub credential: String,
+}
+
+/// Runs one console command (`who`: where it came from, for the audit line).
+pub async fn execute(shared: &Arc<Shared>, sql: &str, who: &Caller) -> Answer {
     let Some(cmd) = Command::parse(sql) else {
         return Answer::Error(
             sqlstate::SYNTAX_ERROR,
@@ -138,7 +178,14 @@ pub async fn execute(shared: &Arc<Shared>, sql: &str, via: &str) -> Answer {
     };
     if !matches!(cmd, Command::Show(_)) {
         // Every command that changes something is audited.
-        tracing::info!(command = sql.trim(), via, "admin command");
+        let peer = who.peer.map(|p| p.to_string()).unwrap_or_default();
+        tracing::info!(
+            command = ?sql.trim(),
+            via = who.via,
+            %peer,
+            credential = %who.credential,
+            "admin command"
+        );
     }
     let l = &shared.lifecycle;
     match &cmd {
@@ -200,6 +247,7 @@ fn table(out: &mut BytesMut, cols: &[&str], rows: &[Vec<String>]) {
         let at = begin(out, backend::DATA_ROW_TAG);
         out.put_i16(row.len() as i16);
         for v in row {
+            let v = escape(v);
             out.put_i32(v.len() as i32);
             out.put_slice(v.as_bytes());
         }

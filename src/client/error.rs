@@ -32,6 +32,11 @@ pub enum ClientError {
     /// The client went away; nothing to tell it.
     #[error("client disconnected")]
     Gone,
+    /// A first packet that cannot be a startup packet: closed without a reply, as
+    /// PostgreSQL does (a reply in a protocol the peer may not speak helps nobody, and
+    /// node-postgres raises one sent to its Terminate-before-startup as an unhandled error).
+    #[error("{0}")]
+    BadStartup(crate::protocol::startup::StartupError),
     /// `KILL` or `KILL_CLIENT` in the admin console: what PostgreSQL says for
     /// `pg_terminate_backend`; the server it held is closed.
     #[error("terminating connection due to administrator command")]
@@ -42,7 +47,10 @@ impl ClientError {
     /// The ErrorResponse a client gets for this error, if it can still get one.
     pub fn to_fields(&self) -> Option<ErrorFields> {
         let (code, message, detail) = match self {
-            ClientError::Io(_) | ClientError::Gone | ClientError::ServerEnded => return None,
+            ClientError::Io(_)
+            | ClientError::Gone
+            | ClientError::ServerEnded
+            | ClientError::BadStartup(_) => return None,
             ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
             ClientError::Pool(PoolError::Server(f)) => {
                 (f.code.clone(), f.message.clone(), f.detail.clone())

@@ -59,8 +59,8 @@ pub fn serve(
         let (mut stream, id, res) = login.await;
         let res = match res {
             Ok(startup::Outcome::Session(login)) => session(&mut stream, &shared, login).await,
-            Ok(startup::Outcome::Console(buf, out)) => {
-                Box::pin(console::serve(&mut stream, &shared, buf, out)).await
+            Ok(startup::Outcome::Console(who, buf, out)) => {
+                Box::pin(console::serve(&mut stream, &shared, who, buf, out)).await
             }
             Ok(startup::Outcome::Done) => Ok(()),
             Err(e) => Err(e),
@@ -156,7 +156,7 @@ async fn login(
         _ = pending.evicted() => Err(ClientError::Fatal {
             code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
             message: "too many connections are still logging in \
-                      (client.max_pending_logins)"
+                      (client.max_pending_logins, client.max_pending_logins_per_ip)"
                 .into(),
         }),
     };
@@ -196,10 +196,7 @@ mod size_tests {
                 .await
                 .expect("connect");
             let shared = crate::shared::Shared::new(Default::default(), Default::default());
-            let (pending, _) = shared
-                .pending_logins
-                .admit([127, 0, 0, 1].into(), 1, 1)
-                .expect("the first login is admitted");
+            let (pending, _) = shared.pending_logins.admit([127, 0, 0, 1].into(), 1, 1);
             let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);
             eprintln!("client task future: {size} bytes");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use crate::config::ClientTlsMode;
+use crate::config::{AuthMethod, ClientTlsMode};
 use crate::net::ClientStream;
 
 use super::cancel::CancelSlot;
@@ -35,9 +35,9 @@ pub struct Login {
 
 pub enum Outcome {
     Session(Login),
-    /// A console user asked for the admin console: bytes after the startup packet, and what
-    /// the authentication left to send before AuthenticationOk.
-    Console(BytesMut, BytesMut),
+    /// A console user asked for the admin console: who, bytes after the startup packet, and
+    /// what the authentication left to send before AuthenticationOk.
+    Console(super::console::Caller, BytesMut, BytesMut),
     /// A cancel request or a client that left during startup: nothing more to do.
     Done,
 }
@@ -86,7 +86,7 @@ async fn login_inner(
     let mut buf = BytesMut::new();
     let mut negotiations = 0;
     let startup = loop {
-        match startup::cut(&mut buf, limits).map_err(startup_error)? {
+        match startup::cut(&mut buf, limits).map_err(|e| startup_error(shared, e))? {
             None => {
                 if read_chunk(stream, &mut buf, 1024).await? == 0 {
                     return Ok(Outcome::Done);
@@ -165,7 +165,26 @@ async fn login_inner(
                 ),
             });
         }
-        return Ok(Outcome::Console(buf, out));
+        // No trust by address: the console changes what every client gets, so a console
+        // user logs in with a password unless trust is configured for that user by name.
+        let method = full.auth_method_for(user);
+        let named_trust = full.auth.user_methods.get(user) == Some(&AuthMethod::Trust);
+        if method == AuthMethod::Trust && !named_trust {
+            return Err(ClientError::Fatal {
+                code: sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                message: format!(
+                    "the admin console needs password authentication: set \
+                     auth.user_methods.{user} to scram-sha-256 (or to trust, to allow it \
+                     without a password)"
+                ),
+            });
+        }
+        let who = super::console::Caller {
+            via: "sql",
+            peer: stream.peer_addr().ok(),
+            credential: format!("user {user:?} ({})", method.as_str()),
+        };
+        return Ok(Outcome::Console(who, buf, out));
     }
     if shared.lifecycle.is_disabled(&key.database) {
         // PostgreSQL's own answer for a database that takes no connections.
@@ -329,7 +348,28 @@ fn split_options(s: &str) -> Vec<String> {
     words
 }
 
-fn startup_error(e: StartupError) -> ClientError {
+/// A first packet whose length cannot be a startup packet's (Terminate before the
+/// StartupMessage, an HTTP request, a TLS ClientHello, one over `client.max_startup_packet`)
+/// is closed without a reply and counted, as PostgreSQL closes it (ProcessStartupPacket's
+/// COMMERROR). A packet of a plausible length that asks for another protocol version gets
+/// PostgreSQL's FATAL 0A000, and one that breaks the layout its FATAL 08P01 (both are counted
+/// too).
+fn startup_error(shared: &Shared, e: StartupError) -> ClientError {
+    let reason = match e {
+        StartupError::BadLength(_) => "bad_length",
+        StartupError::UnsupportedVersion { .. } => "unsupported_protocol",
+        StartupError::TooManyParams(_) | StartupError::Malformed(_) => "malformed",
+    };
+    shared
+        .metrics
+        .clients
+        .bad_startup
+        .with_label_values(&[reason])
+        .inc();
+    if let StartupError::BadLength(_) = e {
+        tracing::debug!(error = %e, "first packet is not a startup packet; closing");
+        return ClientError::BadStartup(e);
+    }
     let code = match e {
         StartupError::UnsupportedVersion { .. } => sqlstate::FEATURE_NOT_SUPPORTED,
         _ => sqlstate::PROTOCOL_VIOLATION,

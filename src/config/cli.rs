@@ -42,7 +42,7 @@ pub struct Cli {
     #[arg(long)]
     pub admin_addr: Option<IpAddr>,
     /// File holding the admin token the control routes need (`admin.token_file`).
-    #[arg(long, value_name = "FILE", env = "DROID_POOL_ADMIN_TOKEN_FILE")]
+    #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Log format for diagnostics on stderr (filter with RUST_LOG) [default: text].
     #[arg(long, value_enum)]

@@ -18,6 +18,20 @@ pub struct Metrics {
     pub prepared: PreparedMetrics,
     pub retries: RetryMetrics,
     pub lifecycle: LifecycleMetrics,
+    pub admin: AdminMetrics,
+}
+
+/// The admin server's own load: what a flood of its port costs and what it was refused.
+pub struct AdminMetrics {
+    /// Admin connections open now.
+    pub connections: IntGauge,
+    /// Admin connections the pooler closed, by reason (evicted: the oldest idle one, for a
+    /// newer one over `admin.max_connections`; refused: over the cap with none idle; idle:
+    /// `admin.idle_timeout`).
+    pub closed: IntCounterVec,
+    /// Requests to the control routes by result (ok, off, unauthenticated, forbidden,
+    /// cross_site, bad_body).
+    pub control: IntCounterVec,
 }
 
 pub struct ClientMetrics {
@@ -38,6 +52,9 @@ pub struct ClientMetrics {
     pub auth: IntCounterVec,
     /// auth_query lookups by result (cached, found, missing, error).
     pub auth_lookups: IntCounterVec,
+    /// First packets refused (bad_length: closed without a reply, as PostgreSQL does;
+    /// unsupported_protocol, malformed: PostgreSQL's FATAL).
+    pub bad_startup: IntCounterVec,
     /// CancelRequests received, by result (local, forwarded, forward_failed, unknown).
     pub cancels: IntCounterVec,
     pub transactions: IntCounter,
@@ -184,6 +201,12 @@ impl Metrics {
                 "auth_query lookups of users missing from the files, by result.",
                 &["result"],
             ),
+            bad_startup: counter_vec(
+                &r,
+                "droidpool_client_bad_startup_total",
+                "First packets refused by reason (bad_length ones closed without a reply).",
+                &["reason"],
+            ),
             cancels: counter_vec(
                 &r,
                 "droidpool_cancel_requests_total",
@@ -304,6 +327,25 @@ impl Metrics {
                 &["state"],
             ),
         };
+        let admin = AdminMetrics {
+            connections: gauge(
+                &r,
+                "droidpool_admin_connections",
+                "Admin HTTP connections open.",
+            ),
+            closed: counter_vec(
+                &r,
+                "droidpool_admin_connections_closed_total",
+                "Admin HTTP connections closed by the pooler, by reason.",
+                &["reason"],
+            ),
+            control: counter_vec(
+                &r,
+                "droidpool_admin_control_requests_total",
+                "Requests to the admin control routes (POST /console, /reload, /drain) by result.",
+                &["result"],
+            ),
+        };
         let lifecycle = LifecycleMetrics {
             config_generation: gauge(&r, "droidpool_config_generation", "Generation of the configuration in force (1 at start)."),
             config_info: gauge_vec(&r, "droidpool_config_info", "1 for the FNV-1a hash of the config file in force (the PoolConfig status.configHash when the operator wrote it).", &["hash"]),
@@ -320,6 +362,7 @@ impl Metrics {
             prepared,
             retries,
             lifecycle,
+            admin,
         }
     }
 
@@ -331,10 +374,44 @@ impl Metrics {
 
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
+        Self::encode(&self.registry.gather())
+    }
+
+    /// As [`Metrics::render`], with each `user` label (and the user part of the `pool` label
+    /// beside it, `database/user`) replaced by `pseudonym(user)`.
+    pub fn render_redacted(&self, pseudonym: &dyn Fn(&str) -> String) -> String {
+        let mut families = self.registry.gather();
+        for family in &mut families {
+            for metric in family.mut_metric() {
+                let labels = metric.mut_label();
+                let Some(user) = labels
+                    .iter()
+                    .find(|l| l.name() == "user")
+                    .map(|l| l.value().to_owned())
+                else {
+                    continue;
+                };
+                let alias = pseudonym(&user);
+                for label in labels.iter_mut() {
+                    if label.name() == "user" {
+                        label.set_value(alias.clone());
+                    } else if label.name() == "pool" {
+                        if let Some(db) = label.value().strip_suffix(&format!("/{user}")) {
+                            let renamed = format!("{db}/{alias}");
+                            label.set_value(renamed);
+                        }
+                    }
+                }
+            }
+        }
+        Self::encode(&families)
+    }
+
+    fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
         use prometheus::Encoder;
         let mut out = Vec::new();
         let enc = prometheus::TextEncoder::new();
-        if let Err(e) = enc.encode(&self.registry.gather(), &mut out) {
+        if let Err(e) = enc.encode(families, &mut out) {
             tracing::warn!(error = %e, "encoding metrics failed");
         }
         String::from_utf8(out).unwrap_or_default()

@@ -1,20 +1,22 @@
 //! Admission of connections that have not logged in yet: at most `max_pending` in all and
 //! `max_per_ip` from one address, so sockets that never finish their startup cannot take the
-//! slots real clients need. Beyond the per-address cap a new connection is refused at once;
-//! beyond the total cap the oldest pending login is ended instead, so a flood from many
-//! addresses cannot lock real clients out either (its sockets only evict each other).
+//! slots real clients need. Beyond either cap the oldest pending login (of that address, or
+//! of all) is ended to make room, never the newcomer: a flood only evicts itself, even one
+//! from the real clients' own address (every client of a sidecar comes from 127.0.0.1).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-/// Why a pending login was turned away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Its address already has `max_per_ip` logins pending: refused at accept.
-    PerIp,
+/// How many older pending logins an admission ended, by which cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    /// Ended by `max_per_ip`: the oldest of the same address.
+    pub per_ip: usize,
+    /// Ended by `max_pending`: the oldest of all.
+    pub total: usize,
 }
 
 #[derive(Debug, Default)]
@@ -22,7 +24,8 @@ struct State {
     next: u64,
     /// Pending logins by arrival: the first is the oldest.
     by_age: BTreeMap<u64, (IpAddr, CancellationToken)>,
-    per_ip: HashMap<IpAddr, usize>,
+    /// Each address's pending logins, oldest first.
+    per_ip: HashMap<IpAddr, BTreeSet<u64>>,
 }
 
 /// The pending logins of one listener.
@@ -36,7 +39,6 @@ pub struct PendingLogins {
 pub struct Pending {
     logins: Arc<PendingLogins>,
     id: u64,
-    ip: IpAddr,
     /// Fired when a newer login needed the slot: the login ends with 53300.
     evicted: CancellationToken,
 }
@@ -50,21 +52,26 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let mut st = self.logins.lock();
-        if st.by_age.remove(&self.id).is_some() {
-            st.release_ip(self.ip);
-        }
+        self.logins.lock().remove(self.id);
     }
 }
 
 impl State {
-    fn release_ip(&mut self, ip: IpAddr) {
-        if let Some(n) = self.per_ip.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
+    /// Forgets login `id`; returns its token if it was still pending.
+    fn remove(&mut self, id: u64) -> Option<CancellationToken> {
+        let (ip, token) = self.by_age.remove(&id)?;
+        if let Some(ids) = self.per_ip.get_mut(&ip) {
+            ids.remove(&id);
+            if ids.is_empty() {
                 self.per_ip.remove(&ip);
             }
         }
+        Some(token)
+    }
+
+    /// Ends login `id` (its own task tells its client why).
+    fn evict(&mut self, id: u64) -> bool {
+        self.remove(id).map(|t| t.cancel()).is_some()
     }
 }
 
@@ -73,39 +80,43 @@ impl PendingLogins {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admits a connection from `ip`, or refuses it. Returns the admission and how many older
-    /// pending logins were ended to make room (each told 53300 by its own task).
+    /// Admits a connection from `ip`, ending older pending logins where a cap is reached:
+    /// first the oldest of the same address (`max_per_ip`), then the oldest of all
+    /// (`max_pending`). Returns the admission and what it ended (each told 53300 by its own
+    /// task).
     pub fn admit(
         self: &Arc<Self>,
         ip: IpAddr,
         max_pending: usize,
         max_per_ip: usize,
-    ) -> Result<(Pending, usize), Refusal> {
+    ) -> (Pending, Evicted) {
         let mut st = self.lock();
-        if st.per_ip.get(&ip).copied().unwrap_or(0) >= max_per_ip {
-            return Err(Refusal::PerIp);
+        let mut evicted = Evicted::default();
+        while st.per_ip.get(&ip).map_or(0, BTreeSet::len) >= max_per_ip.max(1) {
+            let oldest = st.per_ip.get(&ip).and_then(|ids| ids.first().copied());
+            match oldest {
+                Some(id) if st.evict(id) => evicted.per_ip += 1,
+                _ => break,
+            }
         }
-        let mut evicted = 0;
         while st.by_age.len() >= max_pending.max(1) {
-            let Some((_, (old_ip, token))) = st.by_age.pop_first() else {
-                break;
-            };
-            st.release_ip(old_ip);
-            token.cancel();
-            evicted += 1;
+            let oldest = st.by_age.first_key_value().map(|(&id, _)| id);
+            match oldest {
+                Some(id) if st.evict(id) => evicted.total += 1,
+                _ => break,
+            }
         }
         st.next += 1;
         let id = st.next;
         let token = CancellationToken::new();
         st.by_age.insert(id, (ip, token.clone()));
-        *st.per_ip.entry(ip).or_insert(0) += 1;
+        st.per_ip.entry(ip).or_default().insert(id);
         let pending = Pending {
             logins: self.clone(),
             id,
-            ip,
             evicted: token,
         };
-        Ok((pending, evicted))
+        (pending, evicted)
     }
 
     /// Logins pending now.
@@ -126,17 +137,28 @@ mod tests {
         IpAddr::from([127, 0, 0, n])
     }
 
+    /// Over the per-address cap the oldest login of that address is ended, not the
+    /// newcomer, and no other address's.
     #[test]
-    fn per_address_cap_refuses_new_ones() {
+    fn per_address_cap_ends_that_address_oldest() {
         let logins = Arc::new(PendingLogins::default());
-        let a = logins.admit(ip(2), 10, 2).unwrap();
-        let b = logins.admit(ip(2), 10, 2).unwrap();
-        assert_eq!(logins.admit(ip(2), 10, 2).unwrap_err(), Refusal::PerIp);
-        // Another address is not affected.
-        let c = logins.admit(ip(3), 10, 2).unwrap();
-        drop(a);
-        let d = logins.admit(ip(2), 10, 2).unwrap();
+        let (a, _) = logins.admit(ip(2), 10, 2);
+        let (c, _) = logins.admit(ip(3), 10, 2);
+        let (b, _) = logins.admit(ip(2), 10, 2);
+        let (d, evicted) = logins.admit(ip(2), 10, 2);
+        assert_eq!(
+            evicted,
+            Evicted {
+                per_ip: 1,
+                total: 0
+            }
+        );
+        assert!(a.evicted.is_cancelled(), "the address's oldest goes");
+        assert!(!b.evicted.is_cancelled() && !d.evicted.is_cancelled());
+        assert!(!c.evicted.is_cancelled(), "another address is not touched");
         assert_eq!(logins.len(), 3);
+        drop(a);
+        assert_eq!(logins.len(), 3, "an ended login's drop frees nothing twice");
         drop((b, c, d));
         assert!(logins.is_empty());
         assert!(logins.lock().per_ip.is_empty());
@@ -145,18 +167,38 @@ mod tests {
     #[test]
     fn total_cap_ends_the_oldest_login() {
         let logins = Arc::new(PendingLogins::default());
-        let (first, _) = logins.admit(ip(2), 2, 10).unwrap();
-        let (second, _) = logins.admit(ip(3), 2, 10).unwrap();
-        let (third, evicted) = logins.admit(ip(4), 2, 10).unwrap();
-        assert_eq!(evicted, 1);
+        let (first, _) = logins.admit(ip(2), 2, 10);
+        let (second, _) = logins.admit(ip(3), 2, 10);
+        let (third, evicted) = logins.admit(ip(4), 2, 10);
+        assert_eq!(
+            evicted,
+            Evicted {
+                per_ip: 0,
+                total: 1
+            }
+        );
         assert!(first.evicted.is_cancelled());
         assert!(!second.evicted.is_cancelled() && !third.evicted.is_cancelled());
         assert_eq!(logins.len(), 2);
-        // The evicted login's own drop frees nothing twice.
         drop(first);
         assert_eq!(logins.len(), 2);
         assert_eq!(logins.lock().per_ip.get(&ip(2)), None);
         drop((second, third));
         assert!(logins.is_empty());
+    }
+
+    /// A flood from one address, then a newcomer from it: admitted, and the flood holds no
+    /// more than its cap.
+    #[test]
+    fn a_flood_from_one_address_evicts_only_itself() {
+        let logins = Arc::new(PendingLogins::default());
+        let flood: Vec<_> = (0..1500)
+            .map(|_| logins.admit(ip(1), 1024, 512).0)
+            .collect();
+        let live = flood.iter().filter(|p| !p.evicted.is_cancelled()).count();
+        assert_eq!(live, 512);
+        let (real, _) = logins.admit(ip(1), 1024, 512);
+        assert!(!real.evicted.is_cancelled());
+        assert_eq!(logins.len(), 512);
     }
 }

@@ -11,7 +11,7 @@ use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell};
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
-use crate::server::{LearnedSecrets, ServerSecret, ServerTarget, TargetSecret};
+use crate::server::{LearnedSecrets, SecretCell, ServerSecret, ServerTarget, TargetSecret};
 use crate::shared::Counters;
 
 /// Pool count above which unused pools are swept on the next new one.
@@ -41,6 +41,10 @@ pub struct Pools {
     lookups: Mutex<HashMap<PoolKey, Pool>>,
     /// Server credentials learnt from client logins (SCRAM passthrough), by user.
     learned: Arc<LearnedSecrets>,
+    /// `server.password` and `auth.auth_password` as configured now: shared by every pool,
+    /// so a reload's rotated password reaches pools made before it.
+    server_password: Arc<SecretCell>,
+    auth_password: Arc<SecretCell>,
     /// The limits pools share, by database and by user: kept while a pool counts against
     /// them (whether or not a limit is set, so setting one by reload counts what is open).
     limits: Mutex<SharedLimits>,
@@ -98,9 +102,12 @@ impl Pools {
         shutdown: CancellationToken,
         tls: Arc<crate::net::TlsCell>,
     ) -> Self {
+        let cfg = config.load();
         Pools {
             tls,
-            backend: Arc::new(Backend::from_config(&config.load())),
+            backend: Arc::new(Backend::from_config(&cfg)),
+            server_password: SecretCell::new(cfg.server.password.clone()),
+            auth_password: SecretCell::new(cfg.auth.auth_password.clone()),
             config,
             events,
             counters,
@@ -179,7 +186,7 @@ impl Pools {
         let secret = if passthrough(cfg) {
             TargetSecret::Learned(self.learned.clone())
         } else {
-            TargetSecret::Configured(cfg.server.password.clone())
+            TargetSecret::Configured(self.server_password.clone())
         };
         let Resolved { settings, route } = resolve(cfg, key);
         let target = self.target(
@@ -199,6 +206,8 @@ impl Pools {
     /// of its key would be); a lookup pool for an auth user or database no longer configured
     /// is retired.
     pub fn apply(&self, cfg: &Config) {
+        self.server_password.set(cfg.server.password.clone());
+        self.auth_password.set(cfg.auth.auth_password.clone());
         self.lock_limits().apply(cfg);
         let pools: Vec<(PoolKey, Pool)> = {
             let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -234,7 +243,7 @@ impl Pools {
             cfg,
             key.user.clone(),
             key.database.clone(),
-            TargetSecret::Configured(cfg.auth.auth_password.clone()),
+            TargetSecret::Configured(self.auth_password.clone()),
         );
         let route = Route::new(lookup_route(cfg), &self.backend.hosts);
         let pool = Pool::new(

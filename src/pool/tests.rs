@@ -18,7 +18,7 @@ fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
         port,
         user: "u".into(),
         database: "d".into(),
-        secret: crate::server::TargetSecret::Configured(None),
+        secret: crate::server::TargetSecret::Configured(Default::default()),
         connect_timeout: Duration::from_secs(3600),
         tls: Default::default(),
         allow_cleartext: false,

@@ -3,7 +3,7 @@
 //! only and never printed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::scram::ScramKeys;
 use crate::config::Secret;
@@ -26,11 +26,31 @@ impl std::fmt::Debug for ServerSecret {
     }
 }
 
+/// A configured password (`server.password`, `auth.auth_password`) that a reload replaces in
+/// place: every pool holding the cell uses the new one at its next server login, pools made
+/// before the rotation included.
+#[derive(Debug, Default)]
+pub struct SecretCell(RwLock<Option<Secret>>);
+
+impl SecretCell {
+    pub fn new(secret: Option<Secret>) -> Arc<SecretCell> {
+        Arc::new(SecretCell(RwLock::new(secret)))
+    }
+
+    pub fn get(&self) -> Option<Secret> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, secret: Option<Secret>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = secret;
+    }
+}
+
 /// Where a pool's logins take their credential from.
 #[derive(Debug, Clone)]
 pub enum TargetSecret {
-    /// As configured (`server.password`, `auth.auth_password`); `None`: no password.
-    Configured(Option<Secret>),
+    /// As configured now; `None` in the cell: no password.
+    Configured(Arc<SecretCell>),
     /// The login user's own, learnt from its clients' logins (passthrough).
     Learned(Arc<LearnedSecrets>),
 }

@@ -270,7 +270,7 @@ fn set_liveness_options(stream: &TcpStream) {
 /// The credential this login uses: the configured one, or the user's learnt one.
 fn secret(t: &ServerTarget) -> Option<ServerSecret> {
     match &t.secret {
-        TargetSecret::Configured(p) => p.clone().map(ServerSecret::Password),
+        TargetSecret::Configured(p) => p.get().map(ServerSecret::Password),
         TargetSecret::Learned(learned) => learned.get(&t.user),
     }
 }

@@ -7,7 +7,7 @@ pub mod replies;
 mod role;
 pub mod scram;
 
-pub use credential::{LearnedSecrets, ServerSecret, TargetSecret};
+pub use credential::{LearnedSecrets, SecretCell, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
 pub use query::run_simple;

@@ -187,7 +187,7 @@ pub(crate) fn psql_at(port: u16, user: &str, db: &str, sql: &str) -> (bool, Stri
 async fn admin_console_through_psql() {
     let pg = support::shared();
     let yaml = format!(
-        "admin:\n  console_users: [{USER}]\nserver:\n  password: console-test-s3cret\npool:\n  size: 3\n"
+        "auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\nserver:\n  password: console-test-s3cret\npool:\n  size: 3\n"
     );
     let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
     let app = pooler.connect(USER, DB).await;
@@ -279,7 +279,7 @@ async fn admin_console_through_psql() {
 async fn wait_deadline_starts_after_pause() {
     let pg = support::shared();
     let yaml =
-        format!("admin:\n  console_users: [{USER}]\npool:\n  size: 1\n  query_wait_timeout: 1s\nserver:\n  connect_timeout: 500ms\n");
+        format!("auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\npool:\n  size: 1\n  query_wait_timeout: 1s\nserver:\n  connect_timeout: 500ms\n");
     let pooler =
         block_in_place(|| Pooler::start_with_config(pg, &yaml, &["--mode", "transaction"]));
     let holder = pooler.connect(USER, DB).await;
@@ -543,7 +543,7 @@ async fn rendered_configs_print_no_per_transaction_lines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_shows_pgbouncers_columns() {
     let pg = support::shared();
-    let yaml = format!("admin:\n  console_users: [{USER}]\npool:\n  size: 3\n");
+    let yaml = format!("auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\npool:\n  size: 3\n");
     let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
     let app = pooler.connect(USER, DB).await;
     app.simple_query("select 1").await.unwrap();
@@ -627,7 +627,7 @@ async fn console_pauses_and_disables_one_database() {
     let pg = support::shared();
     crate::core::create_db(pg, "console_other");
     let yaml =
-        format!("admin:\n  console_users: [{USER}]\npool:\n  size: 2\n  mode: transaction\n");
+        format!("auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\npool:\n  size: 2\n  mode: transaction\n");
     let pooler = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
     let a = pooler.connect(USER, DB).await;
     let b = pooler.connect(USER, "console_other").await;

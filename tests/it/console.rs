@@ -23,7 +23,7 @@ fn start(dbs: &[&str], size: usize) -> Pooler {
         create_db(pg, db);
     }
     let yaml =
-        format!("admin:\n  console_users: [{USER}]\npool:\n  size: {size}\n  mode: transaction\n");
+        format!("auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\npool:\n  size: {size}\n  mode: transaction\n");
     block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
 }
 
@@ -295,4 +295,60 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
             .all(|(pid, s)| *pid != fresh && *pid != held && s == "idle")
     })
     .await;
+}
+
+/// Database names are the clients' choice: one holding a tab and a newline forges no row or
+/// column of `SHOW POOLS` / `SHOW DATABASES`, over `POST /console` (text) nor through psql's
+/// unaligned output of the SQL console (each value escaped as COPY's text format writes it);
+/// `/status` (JSON) carries it escaped too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crafted_database_name_forges_no_row() {
+    let pooler = start(&[], 1);
+    let forged = "evil\tforged_column\nforged_row\tx";
+    // The login fails (no such database), but the name reached the pooler's pools.
+    let _ = support::try_connect(&format!(
+        "host=127.0.0.1 port={} user={USER} dbname='{}'",
+        pooler.port(),
+        forged.replace('\\', "\\\\").replace('\'', "\\'")
+    ))
+    .await;
+    for cmd in ["SHOW POOLS", "SHOW DATABASES", "SHOW CLIENTS"] {
+        let (code, text) = http(&pooler, cmd);
+        assert_eq!(code, 200, "{text}");
+        let width = text.lines().next().unwrap().split('\t').count();
+        for line in text.lines() {
+            assert!(
+                !line.starts_with("forged_row"),
+                "{cmd}: a forged row:\n{text}"
+            );
+            assert_eq!(
+                line.split('\t').count(),
+                width,
+                "{cmd}: a forged column:\n{text}"
+            );
+        }
+        if cmd == "SHOW POOLS" {
+            assert!(
+                text.contains("evil\\tforged_column\\nforged_row\\tx"),
+                "{text}"
+            );
+        }
+        // psql's unaligned output (-A): one line per row.
+        let unaligned = console(&pooler, cmd);
+        for line in unaligned.lines() {
+            assert!(
+                !line.starts_with("forged_row"),
+                "{cmd} through psql:\n{unaligned}"
+            );
+        }
+    }
+    let status = block_in_place(|| pooler.admin_get("/status")).1;
+    let parsed: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let names: Vec<&str> = parsed["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["database"].as_str())
+        .collect();
+    assert!(names.contains(&forged), "{names:?}");
 }

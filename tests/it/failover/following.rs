@@ -98,7 +98,7 @@ async fn a_reload_moves_an_alias_to_other_hosts() {
     let (a, b) = (support::shared().port, pair.primary().port);
     let alias = |port: u16, size: usize| {
         format!(
-            "admin:\n  console_users: [{USER}]\ndatabases:\n  app:\n    dbname: {DB}\n    \
+            "auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\ndatabases:\n  app:\n    dbname: {DB}\n    \
              hosts: [\"127.0.0.1:{port}\"]\n    pool_size: {size}\n    mode: transaction\n"
         )
     };

@@ -188,7 +188,7 @@ async fn a_role_not_reported_is_asked() {
             port,
             user: USER.into(),
             database: DB.into(),
-            secret: droid_pool::server::TargetSecret::Configured(None),
+            secret: droid_pool::server::TargetSecret::Configured(Default::default()),
             connect_timeout: Duration::from_secs(5),
             tls: Default::default(),
             allow_cleartext: false,

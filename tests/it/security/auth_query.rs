@@ -226,3 +226,37 @@ async fn database_owner_cannot_shadow_pg_shadow() {
     let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
     client.query_one("select 1", &[]).await.expect("select 1");
 }
+
+/// No latency signal from the cache: found and missing names are kept for the same time. A
+/// prober who looks up a real name and a made-up one, waits past what the missing answer's
+/// old TTL was (5 s), and looks both up again finds both answered from the cache (neither
+/// triggers a lookup), so the second probe's timing tells them apart no more than the first.
+#[tokio::test]
+async fn found_and_missing_names_are_cached_alike() {
+    let pooler = pooler("");
+    let lookups = |result: &str| {
+        metric_or_zero(
+            &pooler.admin_get("/metrics").1,
+            "droidpool_auth_query_lookups_total",
+            &[("result", result)],
+        )
+    };
+    assert_eq!(guess_scram(pooler.port(), "scram_user", DB).await, "28P01");
+    assert_eq!(
+        guess_scram(pooler.port(), "no_such_role_x", DB).await,
+        "28P01"
+    );
+    assert_eq!((lookups("found"), lookups("missing")), (1.0, 1.0));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(guess_scram(pooler.port(), "scram_user", DB).await, "28P01");
+    assert_eq!(
+        guess_scram(pooler.port(), "no_such_role_x", DB).await,
+        "28P01"
+    );
+    assert_eq!(lookups("cached"), 2.0, "both answered from the cache");
+    assert_eq!(
+        (lookups("found"), lookups("missing")),
+        (1.0, 1.0),
+        "no new lookup"
+    );
+}

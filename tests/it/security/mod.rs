@@ -1,6 +1,7 @@
 //! Client authentication, TLS on both sides and hardening, through the real binary against
 //! the harness PostgreSQL (roles and passwords: see `support::pg`).
 
+mod admin_plane;
 mod admission;
 mod auth;
 mod auth_query;

@@ -62,3 +62,69 @@ async fn reload_cannot_turn_on_trust_for_a_network_listener() {
     let client = support::connect(&pooler.conn_string_pw("scram_user", "scram_pass", DB)).await;
     client.query_one("select 1", &[]).await.expect("select 1");
 }
+
+/// A rotated server password reaches pools that already exist: the role's password is
+/// changed on PostgreSQL and in `server.password_file`, the pooler gets SIGHUP, the pool's one
+/// server is terminated, and the next query's new server login uses the new password (the
+/// old one would get 28P01). A second rotation without SIGHUP is picked up from the file
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_server_password_reaches_existing_pools() {
+    let pg = support::shared();
+    let role = "rotate_user";
+    pg.psql(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN PASSWORD 'old_pw' IN ROLE {}",
+        crate::support::pg::SCRAM_GROUP
+    ));
+    pg.psql(&format!("GRANT ALL ON DATABASE {DB} TO {role}"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "password", "old_pw\n");
+    let yaml = format!("server:\n  user: {role}\n  password_file: {file}\npool:\n  size: 1\n");
+    let pooler = tokio::task::block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let client = pooler.connect("droid", DB).await;
+    let pid = |rows: Vec<tokio_postgres::SimpleQueryMessage>| -> String {
+        rows.into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .expect("a row")
+    };
+    let first = pid(client
+        .simple_query("select pg_backend_pid()")
+        .await
+        .unwrap());
+    for (round, password) in ["new_pw", "newer_pw"].into_iter().enumerate() {
+        pg.psql(&format!("ALTER ROLE {role} PASSWORD '{password}'"));
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        if round == 0 {
+            pooler.signal("HUP");
+        }
+        // The reload is applied within the file watch's second.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        pg.psql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut answer = client.simple_query("select pg_backend_pid()").await;
+        if answer.is_err() {
+            // The terminated server's error reached this query: the next gets a new login.
+            answer = client.simple_query("select pg_backend_pid()").await;
+        }
+        let now = pid(answer.unwrap_or_else(|e| {
+            panic!(
+                "round {round}: the new login failed: {e}\n{}",
+                pooler.stderr()
+            )
+        }));
+        assert_ne!(now, first, "round {round}: a new server login");
+    }
+    drop(client);
+    drop(pooler);
+    pg.psql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+    ));
+    pg.psql(&format!(
+        "REVOKE ALL ON DATABASE {DB} FROM {role}; DROP ROLE {role}"
+    ));
+}

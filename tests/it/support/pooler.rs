@@ -22,6 +22,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_droid-pool");
 pub const LISTENING_PREFIX: &str = "[POOL] listening on";
 /// Prefix of the test-visible event lines.
 pub const POOL_PREFIX: &str = "[POOL]";
+/// The admin token the harness gives every pooler it starts (`--admin-token-file`) unless
+/// the test's config sets `admin.token` or `admin.token_file` itself; the admin request
+/// helpers send it. Tests of the control routes' refusals use [`http_raw`].
+pub const ADMIN_TOKEN: &str = "harness-admin-token-0123456789";
 /// How long [`Pooler::start`] waits for the listening line.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -139,6 +143,12 @@ impl Pooler {
             full.extend(["--server-port".into(), p.to_string()]);
         }
         let dir = new_dir();
+        if !yaml.is_some_and(|y| y.contains("token")) {
+            let path = dir.path().join("admin-token");
+            fs::write(&path, format!("{ADMIN_TOKEN}\n")).expect("write the admin token");
+            full.push("--admin-token-file".into());
+            full.push(path.display().to_string());
+        }
         let config_path = yaml.map(|yaml| {
             let path = dir.path().join("droid-pool.yaml");
             fs::write(&path, yaml).expect("write pooler config");
@@ -514,19 +524,34 @@ pub fn http_request(port: u16, method: &str, path: &str) -> (u16, String) {
     http_request_body(port, method, path, "")
 }
 
-/// [`http_request`] with a request body.
+/// [`http_request`] with a request body (sent as `text/plain`), and the harness's admin
+/// token.
 pub fn http_request_body(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: text/plain\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    http_raw(([127, 0, 0, 1], 0).into(), port, &req)
+}
+
+/// Sends `request` (a whole HTTP/1.1 request) from `from` (port 0: any) to the admin port on
+/// 127.0.0.1; returns the status code and body, `(0, error)` when the connection fails.
+pub fn http_raw(from: std::net::SocketAddr, port: u16, request: &str) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+    let connect = || -> std::io::Result<std::net::TcpStream> {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        sock.bind(&from.into())?;
+        sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+        Ok(sock.into())
+    };
+    let mut s = match connect() {
         Ok(s) => s,
         Err(e) => return (0, e.to_string()),
     };
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    if let Err(e) = s.write_all(req.as_bytes()) {
+    if let Err(e) = s.write_all(request.as_bytes()) {
         return (0, e.to_string());
     }
     let mut resp = String::new();
