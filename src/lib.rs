@@ -21,6 +21,7 @@ pub mod params;
 pub mod pool;
 pub mod prepared;
 pub mod protocol;
+pub mod relay;
 pub mod reload;
 pub mod resilience;
 pub mod server;

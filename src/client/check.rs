@@ -34,7 +34,7 @@ impl Session<'_> {
             loop {
                 tokio::select! {
                     r = &mut check => break Ok(r),
-                    r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                    r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
                         match r {
                             Ok(0) => break Err(ClientError::Gone),
                             Ok(_) => {}

@@ -7,11 +7,10 @@ use std::time::Instant;
 
 use super::error::ClientError;
 use super::io::read_some;
-use super::pass::Pass;
 use super::session::Session;
-use crate::config::PoolMode;
+use super::timer::Timer;
 use crate::pool::CloseReason;
-use crate::protocol::backend;
+use crate::relay::Policy;
 use crate::server::Server;
 
 /// What [`Session::acquire_now`] leaves for the waiting path.
@@ -37,7 +36,7 @@ impl Session<'_> {
         }
         match self.pool.try_checkout(started) {
             // One idle past server.check_delay is checked first, on the waiting path.
-            Some(conn) if !conn.check_due && conn.in_sync_with(&self.params) => {
+            Some(conn) if !conn.check_due && conn.in_sync_with(self.relay.params()) => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 Ok(())
@@ -80,7 +79,7 @@ impl Session<'_> {
                                 }
                                 break r?;
                             }
-                            r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                            r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
                                 if r? == 0 {
                                     return Err(ClientError::Gone);
                                 }
@@ -90,7 +89,7 @@ impl Session<'_> {
                 }
             };
             // The common case after a wait, without entering the check's or the sync's future.
-            if !c.check_due && c.in_sync_with(&self.params) {
+            if !c.check_due && c.in_sync_with(self.relay.params()) {
                 self.hold_taken(c, started);
                 return Ok(());
             }
@@ -115,7 +114,7 @@ impl Session<'_> {
             tokio::select! {
                 _ = l.wait_unpaused_for(pool.database()) => {}
                 _ = kicked => {}
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
                     }
@@ -153,29 +152,16 @@ impl Session<'_> {
         self.hold(conn, now);
     }
 
-    /// Starts holding a server taken (and synced) at `now`.
+    /// Starts holding a server taken (and synced) at `now`, under the pool's policy now (a
+    /// reloaded mode or setting applies from this transaction on).
     fn hold(&mut self, conn: Server, now: Instant) {
-        self.held_since = Some(now);
-        // The first request goes out right after: one clock read serves both.
-        self.request_since = Some(now);
-        self.shared.events.client_uses_server(self.id, conn.id);
-        self.cancel
-            .set(conn.addr, conn.key, conn.id, conn.generation.number());
-        // A reloaded mode applies from this transaction on; tracking switches only while the
-        // client keeps no statements, so none of its names is stranded.
         let cfg = self.shared.config.load();
         // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
-        self.mode = self.pool.mode();
-        super::timeouts::configure(&mut self.timeouts, &cfg.pool);
-        if self.statements.is_empty() {
-            self.tracking = cfg.pool.track_prepared && self.mode != PoolMode::Session;
-        }
-        self.max_prepared = cfg.pool.max_prepared_statements;
-        self.max_client_prepared = cfg.pool.max_client_prepared_statements;
-        self.spass = Pass::default();
-        self.status = backend::TX_IDLE;
-        self.release_due = false;
-        self.batch_clean = true;
+        let policy = Policy::new(&cfg, self.pool.mode());
+        self.relay.hold(&conn.state, policy, now);
+        Timer::configure(&mut self.timer, policy.has_timeouts());
+        self.cancel
+            .set(conn.addr, conn.key, conn.state.id, conn.generation.number());
         self.server = Some(conn);
     }
 }

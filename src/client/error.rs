@@ -5,17 +5,38 @@ use thiserror::Error;
 use crate::pool::PoolError;
 use crate::protocol::backend::ErrorFields;
 use crate::protocol::sqlstate;
+use crate::relay::{ClientFault, RelayError, ServerFault};
+use crate::server::ServerError;
+
+/// How the server connection a client held was lost.
+#[derive(Debug, Error)]
+pub enum Loss {
+    #[error("server closed the connection")]
+    Closed,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The server broke the protocol.
+    #[error(transparent)]
+    Protocol(#[from] ServerFault),
+    /// An exchange of the pooler's own with it failed (the settings sync).
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
 
 #[derive(Debug, Error)]
 pub enum ClientError {
     #[error("client I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The client broke the protocol during its login (with a message of the pooler's).
     #[error("{0}")]
     Protocol(String),
+    /// The client broke the protocol in its session.
+    #[error(transparent)]
+    Client(#[from] ClientFault),
     #[error("{0}")]
     Pool(#[from] PoolError),
     #[error("server connection lost: {0}")]
-    ServerLost(String),
+    ServerLost(#[source] Loss),
     /// The server ended the session with a FATAL error, already passed on to the client:
     /// nothing more to tell it.
     #[error("the server ended the session")]
@@ -52,6 +73,9 @@ impl ClientError {
             | ClientError::ServerEnded
             | ClientError::BadStartup(_) => return None,
             ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
+            ClientError::Client(f) => {
+                (sqlstate::PROTOCOL_VIOLATION.to_owned(), f.to_string(), None)
+            }
             ClientError::Pool(PoolError::Server(f)) => {
                 (f.code.clone(), f.message.clone(), f.detail.clone())
             }
@@ -84,13 +108,19 @@ impl ClientError {
     }
 }
 
-/// An ERROR (not FATAL) answered by the pooler itself; the session continues.
-pub fn error_fields(code: &str, message: String) -> ErrorFields {
-    ErrorFields {
-        severity: "ERROR".into(),
-        code: code.to_owned(),
-        message,
-        detail: None,
-        hint: None,
+pub use crate::relay::error_fields;
+
+impl From<ServerFault> for ClientError {
+    fn from(f: ServerFault) -> Self {
+        ClientError::ServerLost(Loss::Protocol(f))
+    }
+}
+
+impl From<RelayError> for ClientError {
+    fn from(e: RelayError) -> Self {
+        match e {
+            RelayError::Client(f) => ClientError::Client(f),
+            RelayError::Server(f) => f.into(),
+        }
     }
 }

@@ -7,7 +7,6 @@ use super::error::ClientError;
 use super::session::Session;
 use crate::config::PoolMode;
 use crate::pool::{CloseReason, Pool};
-use crate::protocol::backend;
 use crate::server::{self, Server};
 
 impl Session<'_> {
@@ -37,28 +36,19 @@ impl Session<'_> {
     /// Returns the held server if it is idle and in step; otherwise closes it (`close`: it
     /// must be closed, and why). A session-mode server is reset first.
     pub(super) fn finish(&mut self, close: Option<CloseReason>) {
-        self.shared
-            .metrics
-            .prepared
-            .kept
-            .sub(self.kept_counted as i64);
-        self.kept_counted = 0;
-        self.count_transaction();
+        let srv = self.server.as_ref().map(|s| &s.state);
+        let mut wire = Session::wire(self.client);
+        let clean = self.relay.finish(srv, &mut wire) && close.is_none();
         let Some(conn) = self.server.take() else {
             return;
         };
-        self.shared.events.client_released_server(self.id, conn.id);
         self.cancel.clear();
-        let clean = close.is_none()
-            && conn.replies.is_empty()
-            && self.status == backend::TX_IDLE
-            && conn.rbuf.is_empty();
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
         if !clean {
             self.pool
                 .discard(conn, close.unwrap_or(CloseReason::ClientEnded));
-        } else if self.mode == PoolMode::Session && !reset.is_empty() {
+        } else if self.relay.policy().mode == PoolMode::Session && !reset.is_empty() {
             tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
         } else {
             self.pool.checkin(conn);

@@ -3,12 +3,10 @@
 use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::BytesMut;
 use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
-use super::error::ClientError;
-use super::io::SHRINK_ABOVE;
+use super::error::{ClientError, Loss};
 use super::session::Session;
 
 enum Progress {
@@ -18,22 +16,23 @@ enum Progress {
 }
 
 impl Session<'_> {
-    /// Writes what is queued for the server while still reading the server: a server blocked
-    /// writing results stops reading, so a pooler that only wrote would deadlock with it on a
-    /// large pipeline. What arrives meanwhile is handled and passed on to the client.
+    /// Writes what the relay queued for the server while still reading the server: a server
+    /// blocked writing results stops reading, so a pooler that only wrote would deadlock
+    /// with it on a large pipeline. What arrives meanwhile goes through the relay and on to
+    /// the client.
     pub(super) async fn flush_server(&mut self) -> Result<(), ClientError> {
         let mut written = 0;
         // A plain socket keeps nothing back; TLS may hold the last record until flushed.
         let mut unflushed = self.server.as_ref().is_some_and(|s| s.stream.is_tls());
-        while written < self.sout.len() || unflushed {
+        while written < self.relay.server_out().len() || unflushed {
             let Some(srv) = self.server.as_mut() else {
                 break;
             };
-            if srv.rbuf.capacity() - srv.rbuf.len() < 4096 {
-                srv.rbuf.reserve(16 * 1024);
+            if srv.state.rbuf.capacity() - srv.state.rbuf.len() < 4096 {
+                srv.state.rbuf.reserve(16 * 1024);
             }
-            let (stream, rbuf) = (&mut srv.stream, &mut srv.rbuf);
-            let pending = &self.sout[written..];
+            let (stream, rbuf) = (&mut srv.stream, &mut srv.state.rbuf);
+            let pending = &self.relay.server_out()[written..];
             // Write (or flush) first, else read: one stream polled both ways, no split needed.
             let progress = std::future::poll_fn(|cx| {
                 let mut s = Pin::new(&mut *stream);
@@ -54,40 +53,29 @@ impl Session<'_> {
                     self.drain_server()?;
                     self.flush_client().await?;
                 }
-                Progress::Flushed(Err(e)) => return Err(ClientError::ServerLost(e.to_string())),
+                Progress::Flushed(Err(e)) => return Err(ClientError::ServerLost(e.into())),
                 Progress::Wrote(r) | Progress::Read(r) => {
-                    let why = r
-                        .err()
-                        .map_or("server closed the connection".into(), |e| e.to_string());
-                    return Err(ClientError::ServerLost(why));
+                    let loss = r.err().map_or(Loss::Closed, Loss::Io);
+                    return Err(ClientError::ServerLost(loss));
                 }
             }
         }
-        self.sout.clear();
-        if self.sout.capacity() > SHRINK_ABOVE {
-            self.sout = BytesMut::new();
-        }
+        self.relay.server_sent();
         Ok(())
     }
 
+    /// Writes what the relay queued for the client.
     pub(super) async fn flush_client(&mut self) -> Result<(), ClientError> {
-        if self.cout.is_empty() {
+        let out = self.relay.client_out();
+        if out.is_empty() {
             return Ok(());
         }
         // Most replies fit the socket at once: written without a future; the rest waits.
-        let n = self.client.try_write_plain(&self.cout);
-        if n < self.cout.len() {
-            self.client.send(&self.cout[n..]).await?;
+        let n = self.client.try_write_plain(out);
+        if n < out.len() {
+            self.client.send(&out[n..]).await?;
         }
-        self.shared
-            .metrics
-            .clients
-            .bytes_out
-            .inc_by(self.cout.len() as u64);
-        self.cout.clear();
-        if self.cout.capacity() > SHRINK_ABOVE {
-            self.cout = BytesMut::new();
-        }
+        self.relay.client_sent();
         Ok(())
     }
 }

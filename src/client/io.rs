@@ -12,8 +12,6 @@ use crate::net::ClientStream;
 const READ_CHUNK: usize = 8 * 1024;
 /// The first reservation of an empty buffer.
 const FIRST_READ: usize = 1024;
-/// A buffer above this that has been emptied is given back rather than kept.
-pub const SHRINK_ABOVE: usize = 64 * 1024;
 
 /// Waits until the client is readable, then reads what is there into `buf`. Cancel-safe:
 /// nothing is reserved until the socket is ready, and a read that returns less than it could
@@ -59,11 +57,4 @@ pub fn poll_read_chunk(
         }
     }
     poll_read_buf(Pin::new(stream), cx, buf)
-}
-
-/// Frees an empty buffer's memory so an idle client costs little.
-pub fn release_if_empty(buf: &mut BytesMut) {
-    if buf.is_empty() && buf.capacity() > 0 {
-        *buf = BytesMut::new();
-    }
 }

@@ -14,27 +14,26 @@ impl Session<'_> {
     /// the client's runs with the wrong settings. A setting the server rejects ends the session
     /// with the server's own error, as a direct login with that setting would.
     pub(super) async fn sync_settings(&mut self, conn: &mut Server) -> Result<(), ClientError> {
-        if conn.in_sync_with(&self.params) {
+        if conn.in_sync_with(self.relay.params()) {
             return Ok(());
         }
-        let Some(sql) = self.params.sync_sql(conn.params(), &conn.applied) else {
-            conn.set_in_sync(&self.params);
+        let Some(sql) = self.relay.params().sync_sql(conn.params(), &conn.applied) else {
+            conn.state.set_in_sync(self.relay.params());
             return Ok(());
         };
-        let lost = |e: String| ClientError::ServerLost(e);
         let mut out = BytesMut::new();
         frontend::query(&mut out, &sql);
         conn.stream
             .send(&out)
             .await
-            .map_err(|e| lost(e.to_string()))?;
+            .map_err(|e| ClientError::ServerLost(e.into()))?;
         let mut rejected = None;
         loop {
             // The client is watched meanwhile: one that leaves while a server does not answer
             // (a network partition) must not keep that server checked out until it does.
             let f = tokio::select! {
-                f = read_frame(conn) => f.map_err(|e| lost(e.to_string()))?,
-                r = read_some(self.client, &mut self.cbuf), if self.cbuf.len() < self.buffer => {
+                f = read_frame(conn) => f.map_err(|e| ClientError::ServerLost(e.into()))?,
+                r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
                     if r? == 0 {
                         return Err(ClientError::Gone);
                     }
@@ -44,24 +43,25 @@ impl Session<'_> {
             match f.tag {
                 backend::PARAMETER_STATUS_TAG => {
                     if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
-                        conn.set_param(k, v);
+                        conn.state.set_param(k, v);
                         // The server's spelling of the value is what the client now has.
-                        self.params.set(k, v);
+                        self.relay.params_mut().set(k, v);
                     }
                 }
                 backend::ERROR_RESPONSE_TAG => {
-                    rejected =
-                        Some(backend::parse_error(f.body()).map_err(|e| lost(e.to_string()))?);
+                    let fields = backend::parse_error(f.body())
+                        .map_err(|e| ClientError::from(crate::relay::ServerFault::from(e)))?;
+                    rejected = Some(fields);
                 }
                 backend::READY_FOR_QUERY_TAG => break,
                 _ => {}
             }
         }
         if let Some(fields) = rejected {
-            tracing::info!(client = self.id, code = %fields.code, "a client setting was rejected by the server");
+            tracing::info!(client = self.relay.id(), code = %fields.code, "a client setting was rejected by the server");
             return Err(ClientError::Rejected(Box::new(fields)));
         }
-        conn.applied = self.params.unreported(conn.params());
+        conn.state.applied = self.relay.params().unreported(conn.params());
         Ok(())
     }
 }

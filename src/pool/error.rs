@@ -70,6 +70,25 @@ impl PoolError {
         }
     }
 
+    /// A login refusal a direct connection would see at login (class 28, an unknown
+    /// database): the client gets it as FATAL and is closed, as from PostgreSQL.
+    pub fn is_fatal_for_client(&self) -> bool {
+        matches!(self, PoolError::Server(f) if sqlstate::is_login_refusal(&f.code))
+    }
+
+    /// The `droidpool_clients_shed_total` reason this refusal counts under.
+    pub fn shed_reason(&self) -> &'static str {
+        match self {
+            PoolError::WaitTimeout { .. } => "wait_timeout",
+            PoolError::TooManyWaiting { .. } => "waiting_full",
+            PoolError::Closed(_) => "shutting_down",
+            PoolError::Server(_) | PoolError::Unavailable { .. } => "server_unavailable",
+            PoolError::CircuitOpen { .. } => "circuit_open",
+            PoolError::NoHostFits { .. } => "no_host_fits",
+            PoolError::HoldExpired { .. } => "hold_expired",
+        }
+    }
+
     pub(super) fn from_server(e: &ServerError) -> Self {
         let (message, detail) = match e {
             ServerError::Rejected(f) => (f.message.clone(), f.detail.clone()),

@@ -17,6 +17,8 @@ pub const QUERY_CANCELED: &str = "57014";
 pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+/// A command in a transaction block that already failed.
+pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
 /// A write in a read-only transaction: on a server that should take writes, a sign that it
 /// became a standby or was made read-only.
 pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
@@ -29,3 +31,10 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 pub const TRANSACTION_TIMEOUT: &str = "25P04";
 /// PostgreSQL's answer for a database that takes no connections (`datallowconn`).
 pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+
+/// A login refusal a client would also get connecting directly: its class 28 (invalid
+/// authorization: a wrong password, a role that may not log in) or an unknown database.
+/// Retrying does not help, and a pooler passes it on as FATAL.
+pub fn is_login_refusal(code: &str) -> bool {
+    code.get(..2) == Some(&INVALID_AUTHORIZATION_SPECIFICATION[..2]) || code == INVALID_CATALOG_NAME
+}

@@ -13,9 +13,8 @@ use crate::net::{MaybeTls, ServerStream, TlsCell};
 
 use super::credential::{ServerSecret, TargetSecret};
 use super::scram::KeyedClient;
-use super::{ServerConn, ServerError};
-use crate::params::Params;
-use crate::prepared::ServerStatements;
+use super::{ServerConn, ServerError, ServerState};
+
 use crate::protocol::backend::{self, AuthRequest};
 use crate::protocol::{frame, frontend, Frame};
 
@@ -59,25 +58,17 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
     let addr = stream.peer_addr()?;
     let stream = negotiate_tls(stream, t).await?;
     let mut conn = ServerConn {
-        id: 0,
         stream,
-        rbuf: BytesMut::with_capacity(8192),
-        params: Params::default(),
-        in_sync: None,
-        applied: Params::default(),
+        state: ServerState::new(),
         key: (0, 0),
         addr,
         created: Instant::now(),
         last_used: Instant::now(),
         expires: None,
-        statements: ServerStatements::default(),
-        replies: Default::default(),
         slots: Default::default(),
         generation: Default::default(),
         check_due: false,
-        host: None,
         fit_epoch: 0,
-        read_only_error: false,
     };
     let mut out = BytesMut::new();
     frontend::startup_message(&mut out, &[("user", &t.user), ("database", &t.database)]);
@@ -302,7 +293,7 @@ pub(crate) async fn read_frame(conn: &mut ServerConn) -> Result<Frame, ServerErr
         if let Some(f) = frame::cut(&mut conn.rbuf, LOGIN_MAX_MESSAGE)? {
             return Ok(f);
         }
-        if conn.stream.read_buf(&mut conn.rbuf).await? == 0 {
+        if conn.stream.read_buf(&mut conn.state.rbuf).await? == 0 {
             return Err(ServerError::Closed);
         }
     }

@@ -6,6 +6,7 @@ mod query;
 pub mod replies;
 mod role;
 pub mod scram;
+mod state;
 
 pub use credential::{LearnedSecrets, SecretCell, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
@@ -14,17 +15,15 @@ pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
 pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;
+pub use state::ServerState;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::BytesMut;
 use thiserror::Error;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::params::{ClientParams, Params, SettingsKey};
-use crate::prepared::ServerStatements;
 use crate::protocol::backend::ErrorFields;
 use crate::protocol::{sqlstate, FrameError, ParseError};
 
@@ -128,8 +127,7 @@ impl ServerError {
                 | ServerError::NoServerSignature
                 | ServerError::UnsupportedAuth(_)
                 | ServerError::Tls(_)
-        ) || matches!(self, ServerError::Rejected(f)
-                if f.code.starts_with("28") || f.code == sqlstate::INVALID_CATALOG_NAME)
+        ) || matches!(self, ServerError::Rejected(f) if sqlstate::is_login_refusal(&f.code))
     }
 }
 
@@ -160,22 +158,12 @@ impl Generation {
 /// stays small.
 pub type Server = Box<ServerConn>;
 
-/// A logged-in server connection.
+/// A logged-in server connection: its stream and identity beside its protocol state, which
+/// the relay works on while a client holds it (reads of that state go through `Deref`).
 #[derive(Debug)]
 pub struct ServerConn {
-    /// Number in order of successful login, from 1 (the `[POOL] server N` number).
-    pub id: u64,
     pub stream: crate::net::ServerStream,
-    /// Bytes read from the server and not yet handled.
-    pub rbuf: BytesMut,
-    /// Values the server last reported with ParameterStatus (written through
-    /// [`ServerConn::set_param`], which keeps `in_sync` honest).
-    params: Params,
-    /// The client settings these parameters were last found to need no sync for (with
-    /// nothing applied); cleared by any reported change.
-    in_sync: Option<SettingsKey>,
-    /// Settings a client sync applied that the server does not report.
-    pub applied: Params,
+    pub state: ServerState,
     /// The server's BackendKeyData, for forwarding cancels.
     pub key: (i32, i32),
     pub addr: SocketAddr,
@@ -183,10 +171,6 @@ pub struct ServerConn {
     pub last_used: Instant,
     /// When the server retires (lifetime plus jitter), if it does.
     pub expires: Option<Instant>,
-    /// Prepared statements this connection holds for tracked clients.
-    pub statements: ServerStatements,
-    /// What this connection still owes, in request order.
-    pub replies: Replies,
     /// What the connection counts against, freed whenever it is dropped.
     pub slots: Slots,
     /// The pool generation it was opened under.
@@ -194,14 +178,23 @@ pub struct ServerConn {
     /// Set by the pool when it hands out a server idle past `server.check_delay`: the taker
     /// runs `server.check_query` on it before anything of a client's.
     pub check_due: bool,
-    /// The host it is connected to (set once the login fits), which its reports keep current.
-    pub host: Option<std::sync::Arc<HostRecord>>,
     /// The topology epoch at which it was last found to fit its pool: a release compares it
     /// with the current one and looks closer only when they differ.
     pub fit_epoch: u64,
-    /// It answered a statement with 25006 (read-only transaction): before another client
-    /// gets it, a pool that needs writes asks whether its host is still writable.
-    pub read_only_error: bool,
+}
+
+impl std::ops::Deref for ServerConn {
+    type Target = ServerState;
+
+    fn deref(&self) -> &ServerState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for ServerConn {
+    fn deref_mut(&mut self) -> &mut ServerState {
+        &mut self.state
+    }
 }
 
 /// The slots a server connection occupies while it exists: its pool's (or the pool's
@@ -215,47 +208,6 @@ pub struct Slots {
 }
 
 impl ServerConn {
-    pub fn params(&self) -> &Params {
-        &self.params
-    }
-
-    /// Records a ParameterStatus from the server. `in_hot_standby` turning off is a
-    /// promotion (protocol docs, "ParameterStatus"; PostgreSQL 14+): the host's record learns
-    /// it at once.
-    pub fn set_param(&mut self, name: &str, value: &str) {
-        if name == "in_hot_standby" {
-            if let Some(h) = &self.host {
-                h.reported_hot_standby(value == "on");
-            }
-        }
-        self.params.set(name, value);
-        self.in_sync = None;
-    }
-
-    /// Whether a client with `client`'s settings needs no sync here: an earlier check found
-    /// none needed for the same settings and nothing reported since has changed. Saves
-    /// comparing every setting on each checkout.
-    pub fn in_sync_with(&self, client: &ClientParams) -> bool {
-        self.applied.is_empty() && self.in_sync.as_ref().is_some_and(|k| client.has_key(k))
-    }
-
-    /// Remembers that a client with `client`'s settings needed no sync here.
-    pub fn set_in_sync(&mut self, client: &ClientParams) {
-        if self.applied.is_empty() {
-            self.in_sync = Some(client.key());
-        }
-    }
-
-    /// Gives back what a large message or a long pipeline grew (the read buffer, the reply
-    /// queue) before the connection waits in the pool: idle servers stay small.
-    #[inline]
-    pub fn trim_buffers(&mut self) {
-        if self.rbuf.capacity() > 64 << 10 && self.rbuf.is_empty() {
-            self.rbuf = BytesMut::with_capacity(8192);
-        }
-        self.replies.trim();
-    }
-
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expires.is_some_and(|e| now >= e)
     }

@@ -1,42 +1,40 @@
-//! Prepared-statement tracking in the session (`--track-prepared`, transaction and statement
-//! modes): named statements are renamed `p<c>_<name>` on servers, replayed where missing, and
-//! unknown or duplicate names are answered by the pooler (26000 / 42P05).
+//! Prepared-statement tracking (`--track-prepared`, transaction and statement modes): named
+//! statements are renamed `p<c>_<name>` on servers, replayed where missing, and unknown or
+//! duplicate names are answered by the pooler (26000 / 42P05).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::error::{error_fields, ClientError};
-use super::session::{owe_on, Session};
-use crate::prepared::{self, Kept, Presence};
+use super::error::ClientFault;
+use super::{error_fields, owe_on, Io, Relay};
+use crate::prepared::{self, Kept};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
-use crate::protocol::{backend, sqlstate, Cursor, ParseError};
-use crate::server::{Owed, Request};
+use crate::protocol::{backend, sqlstate, Cursor};
+use crate::server::{Owed, Request, ServerState};
 
-fn malformed(e: ParseError) -> ClientError {
-    ClientError::Protocol(format!("malformed message: {e}"))
-}
+const HELD: &str = "a message that needs a server is handled only while one is held";
 
-impl Session<'_> {
+impl Relay {
     /// A tracked message needs a server unless the pooler answers it alone.
-    pub(super) fn tracked_needs_server(&self, tag: u8, msg: &[u8]) -> Result<bool, ClientError> {
+    pub(super) fn tracked_needs_server(&self, tag: u8, msg: &[u8]) -> Result<bool, ClientFault> {
         Ok(match tag {
             f::PARSE_TAG => {
-                let span = f::parse_statement(msg).map_err(malformed)?;
+                let span = f::parse_statement(msg)?;
                 // A taken name (42P05) or one name too many (53400) is answered here.
                 span.len == 0
                     || (self.statements.get(span.get(msg)).is_none()
-                        && self.statements.len() < self.max_client_prepared)
+                        && self.statements.len() < self.policy.max_client_prepared())
             }
             f::BIND_TAG => {
-                let span = f::bind_statement(msg).map_err(malformed)?;
+                let span = f::bind_statement(msg)?;
                 span.len == 0 || self.statements.get(span.get(msg)).is_some()
             }
-            f::DESCRIBE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
+            f::DESCRIBE_TAG => match f::describe_or_close_target(msg)? {
                 (b'S', span) if span.len > 0 => self.statements.get(span.get(msg)).is_some(),
                 _ => true,
             },
             f::CLOSE_TAG => !matches!(
-                f::describe_or_close_target(msg).map_err(malformed)?,
+                f::describe_or_close_target(msg)?,
                 (b'S', span) if span.len > 0
             ),
             _ => true,
@@ -44,37 +42,40 @@ impl Session<'_> {
     }
 
     /// A tracked message: `msg` is all of it, or (a Bind passed on in pieces) its first
-    /// bytes, which hold both names; `total` is its whole size.
+    /// bytes, which hold both names; `total` is its whole size. `srv` is `None` only for a
+    /// message the pooler answers alone ([`Relay::tracked_needs_server`]).
     /// Returns whether the message went to the server (a refused one did not).
-    pub(super) fn on_tracked(
+    pub(super) fn on_tracked<I: Io>(
         &mut self,
+        srv: Option<&mut ServerState>,
         tag: u8,
         msg: &[u8],
         total: usize,
-    ) -> Result<bool, ClientError> {
+        io: &mut I,
+    ) -> Result<bool, ClientFault> {
         let whole = msg.len();
         Ok(match tag {
             f::PARSE_TAG => {
-                self.tracked_parse(msg)?;
+                self.tracked_parse(srv, msg, io)?;
                 true
             }
             f::BIND_TAG => {
-                let span = f::bind_statement(msg).map_err(malformed)?;
-                self.tracked_use(msg, span, Request::Bind, total)
+                let span = f::bind_statement(msg)?;
+                self.tracked_use(srv, msg, span, Request::Bind, total, io)
             }
-            f::DESCRIBE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
+            f::DESCRIBE_TAG => match f::describe_or_close_target(msg)? {
                 (b'S', span) if span.len > 0 => {
-                    self.tracked_use(msg, span, Request::Describe, whole)
+                    self.tracked_use(srv, msg, span, Request::Describe, whole, io)
                 }
                 _ => {
-                    self.forward(msg, Request::Describe, whole);
+                    self.forward(srv.expect(HELD), msg, Request::Describe, whole, io);
                     true
                 }
             },
-            f::CLOSE_TAG => match f::describe_or_close_target(msg).map_err(malformed)? {
-                (b'S', span) if span.len > 0 => self.tracked_close(msg, span),
+            f::CLOSE_TAG => match f::describe_or_close_target(msg)? {
+                (b'S', span) if span.len > 0 => self.tracked_close(srv, msg, span),
                 _ => {
-                    self.forward(msg, Request::Close, whole);
+                    self.forward(srv.expect(HELD), msg, Request::Close, whole, io);
                     true
                 }
             },
@@ -88,55 +89,67 @@ impl Session<'_> {
     /// still exist (a later Parse of the name gets 42P05, a Bind runs it): the Close goes to
     /// the server, renamed, where it runs or is skipped exactly as it would without a pooler.
     /// Returns whether the message went to the server.
-    fn tracked_close(&mut self, msg: &[u8], span: f::NameSpan) -> bool {
+    fn tracked_close(
+        &mut self,
+        srv: Option<&mut ServerState>,
+        msg: &[u8],
+        span: f::NameSpan,
+    ) -> bool {
         let name = span.get(msg);
         let removed = self.statements.remove(name);
-        let pending = self.server.as_ref().is_some_and(|s| !s.replies.is_empty());
+        let pending = srv.as_deref().is_some_and(|s| !s.replies.is_empty());
         let Some(kept) = removed.filter(|_| pending) else {
             let mut reply = BytesMut::new();
             backend::empty(&mut reply, backend::CLOSE_COMPLETE_TAG);
-            self.answer(reply.freeze());
+            self.answer(srv, reply.freeze());
             return false;
         };
+        let srv = srv.expect("pending replies mean a held server");
         // The copy the Close would leave on a skip must be there (a failed block refuses the
         // replay, but it also refuses any later Parse of the name: 25P02 either way).
-        if self.status != backend::TX_FAILED {
-            self.replay_if_missing(&kept, name);
+        if self.batch.status != backend::TX_FAILED {
+            self.replay_if_missing(srv, &kept, name);
         }
         let start = self.sout.len();
         f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
-        self.retry.record_close(&self.sout[start..], name, &kept);
-        let srv = self
-            .server
-            .as_mut()
-            .expect("pending replies mean a held server");
+        self.batch
+            .retry
+            .record_close(&self.sout[start..], name, &kept);
         let had = srv.statements.holds(&kept.server_name);
         srv.statements.remove(&kept.server_name);
-        self.owe(Owed::ClientClose {
-            name: Bytes::copy_from_slice(name),
-            kept,
-            had,
-        });
+        self.owe(
+            srv,
+            Owed::ClientClose {
+                name: Bytes::copy_from_slice(name),
+                kept,
+                had,
+            },
+        );
         true
     }
 
-    fn tracked_parse(&mut self, msg: &[u8]) -> Result<(), ClientError> {
-        let span = f::parse_statement(msg).map_err(malformed)?;
+    fn tracked_parse<I: Io>(
+        &mut self,
+        mut srv: Option<&mut ServerState>,
+        msg: &[u8],
+        io: &mut I,
+    ) -> Result<(), ClientFault> {
+        let span = f::parse_statement(msg)?;
         if span.len == 0 {
-            self.forward(msg, Request::Parse, msg.len());
+            self.forward(srv.expect(HELD), msg, Request::Parse, msg.len(), io);
             return Ok(());
         }
         let name = Bytes::copy_from_slice(span.get(msg));
         let mut close_stale = true;
         let existing = self.statements.get(&name);
-        if existing.is_none() && self.statements.len() >= self.max_client_prepared {
+        let max = self.policy.max_client_prepared();
+        if existing.is_none() && self.statements.len() >= max {
             let text = format!(
-                "too many prepared statements: the pooler keeps at most {} per client \
+                "too many prepared statements: the pooler keeps at most {max} per client \
                  (pool.max_client_prepared_statements); close some before preparing \"{}\"",
-                self.max_client_prepared,
                 String::from_utf8_lossy(&name)
             );
-            self.refuse(sqlstate::CONFIGURATION_LIMIT_EXCEEDED, text);
+            self.refuse_tracked(srv, sqlstate::CONFIGURATION_LIMIT_EXCEEDED, text);
             return Ok(());
         }
         let mut same_name = None;
@@ -144,11 +157,7 @@ impl Session<'_> {
             // A Close of this name still owed may be skipped, and then the name is taken: the
             // server decides, under the closed statement's name (a long name's `P` form
             // differs per statement).
-            if let Some(closed) = self
-                .server
-                .as_ref()
-                .and_then(|s| s.replies.pending_close(&name))
-            {
+            if let Some(closed) = srv.as_deref().and_then(|s| s.replies.pending_close(&name)) {
                 same_name = Some(closed.server_name.clone());
             }
         }
@@ -159,8 +168,8 @@ impl Session<'_> {
             // refuse the Parse first (the transaction block has failed, or an earlier batch
             // still in flight may open a block and fail it: 25P02). Otherwise the name is
             // taken, and the pooler says so.
-            let status = self.status;
-            let undecided = self.server.as_ref().is_some_and(|s| {
+            let status = self.batch.status;
+            let undecided = srv.as_deref().is_some_and(|s| {
                 status == backend::TX_FAILED
                     || s.replies.owes_ready()
                     || (!existing.is_confirmed()
@@ -171,11 +180,12 @@ impl Session<'_> {
                     "prepared statement \"{}\" already exists",
                     String::from_utf8_lossy(&name)
                 );
-                self.refuse(sqlstate::DUPLICATE_PREPARED_STATEMENT, text);
+                self.refuse_tracked(srv, sqlstate::DUPLICATE_PREPARED_STATEMENT, text);
                 return Ok(());
             }
             // The server must hold the statement to find the name taken.
-            self.replay_if_missing(&existing, &name);
+            let held = srv.as_deref_mut().expect(HELD);
+            self.replay_if_missing(held, &existing, &name);
             close_stale = false;
             same_name = Some(existing.server_name.clone());
         }
@@ -186,13 +196,13 @@ impl Session<'_> {
             f::write_renamed(&mut renamed, msg, span, &server_name);
             (server_name, renamed.freeze())
         });
-        self.retry.disable();
+        self.batch.retry.disable();
         let owed = Owed::TrackedParse {
             name: name.clone(),
             server_name: kept.server_name.clone(),
             id: kept.id,
         };
-        self.send_parse(&kept, &name, owed, close_stale);
+        self.send_parse(srv.expect(HELD), &kept, &name, owed, close_stale);
         Ok(())
     }
 
@@ -200,9 +210,17 @@ impl Session<'_> {
     /// otherwise replay it where missing and forward the message renamed. `msg` may be the
     /// first bytes of a Bind of `total` bytes passed on in pieces.
     /// Returns whether the message went to the server (not when refused).
-    fn tracked_use(&mut self, msg: &[u8], span: f::NameSpan, req: Request, total: usize) -> bool {
+    fn tracked_use<I: Io>(
+        &mut self,
+        srv: Option<&mut ServerState>,
+        msg: &[u8],
+        span: f::NameSpan,
+        req: Request,
+        total: usize,
+        io: &mut I,
+    ) -> bool {
         if span.len == 0 {
-            self.forward(msg, req, total);
+            self.forward(srv.expect(HELD), msg, req, total, io);
             return true;
         }
         let name = span.get(msg);
@@ -211,10 +229,11 @@ impl Session<'_> {
                 "prepared statement \"{}\" does not exist",
                 String::from_utf8_lossy(name)
             );
-            self.refuse(sqlstate::INVALID_SQL_STATEMENT_NAME, text);
+            self.refuse_tracked(srv, sqlstate::INVALID_SQL_STATEMENT_NAME, text);
             return false;
         };
-        self.replay_if_missing(&kept, name);
+        let srv = srv.expect(HELD);
+        self.replay_if_missing(srv, &kept, name);
         let start = self.sout.len();
         if msg.len() < total {
             f::write_renamed_head(&mut self.sout, msg, span, &kept.server_name, total);
@@ -222,50 +241,51 @@ impl Session<'_> {
             f::write_renamed(&mut self.sout, msg, span, &kept.server_name);
         }
         if req == Request::Bind {
-            let clean = self.batch_clean;
-            self.batch_clean = false;
-            self.owe(Owed::TrackedBind { id: kept.id });
+            let clean = self.batch.clean;
+            self.batch.clean = false;
+            self.owe(srv, Owed::TrackedBind { id: kept.id });
             if msg.len() < total {
                 // Not kept whole, so the batch could not be sent again.
-                self.retry.disable();
+                self.batch.retry.disable();
             } else {
-                self.retry.start(&kept, &self.sout[start..], clean);
+                self.batch.retry.start(&kept, &self.sout[start..], clean);
             }
         } else {
-            self.owe(Owed::Client(req));
+            self.owe(srv, Owed::Client(req));
             let sent = self.sout.split_off(start);
-            self.retry.record(&sent, Some(req));
+            self.batch.retry.record(&sent, Some(req));
             self.sout.unsplit(sent);
         }
         true
     }
 
-    /// Sends the held server `kept`'s Parse first if it does not hold that statement (its
+    /// Sends `srv` `kept`'s Parse first if it does not hold that statement (its
     /// ParseComplete swallowed).
-    fn replay_if_missing(&mut self, kept: &Kept, client_name: &[u8]) {
-        let srv = self
-            .server
-            .as_mut()
-            .expect("a statement is replayed only on a held server");
-        if srv.statements.presence(&kept.server_name, kept.id) != Presence::Present {
+    pub(super) fn replay_if_missing(
+        &mut self,
+        srv: &mut ServerState,
+        kept: &Kept,
+        client_name: &[u8],
+    ) {
+        if srv.statements.presence(&kept.server_name, kept.id) != prepared::Presence::Present {
             let replay = Owed::Replay {
                 server_name: kept.server_name.clone(),
                 id: kept.id,
             };
-            self.shared.metrics.prepared.replays.inc();
-            self.send_parse(kept, client_name, replay, true);
+            self.metrics.prepared.replays.inc();
+            self.send_parse(srv, kept, client_name, replay, true);
         }
     }
 
     /// The pooler refuses a message (unknown or duplicate name). Holding no server, it
     /// answers itself and skips to Sync. Holding one, it sends the server a message that fails
     /// and puts its own error in place of the server's, so a transaction fails as it would.
-    fn refuse(&mut self, code: &str, text: String) {
-        if self.server.is_none() {
-            self.pooler_error(code, text);
+    fn refuse_tracked(&mut self, srv: Option<&mut ServerState>, code: &str, text: String) {
+        let Some(srv) = srv else {
+            self.pooler_error(None, code, text);
             return;
-        }
-        self.shared.metrics.pooler_error(code);
+        };
+        self.metrics.pooler_error(code);
         let mut error = BytesMut::new();
         backend::error_response(&mut error, &error_fields(code, text));
         // A Bind of a name no client can have: `P` names are only numbered ones.
@@ -278,27 +298,27 @@ impl Session<'_> {
         fail.put_slice(&[0, 0, 0, 0, 0, 0]);
         finish(&mut fail, at);
         self.sout.extend_from_slice(&fail);
-        self.retry.disable();
-        self.owe(Owed::Substitute {
-            error: error.freeze(),
-            req: Request::Bind,
-        });
+        self.batch.retry.disable();
+        self.owe(
+            srv,
+            Owed::Substitute {
+                error: error.freeze(),
+                req: Request::Bind,
+            },
+        );
     }
 
-    /// Sends a kept Parse to the held server: closes a stale copy of the same name (unless
-    /// told not to) and the least recently used statements beyond the bound first (their
-    /// replies swallowed).
+    /// Sends a kept Parse to `srv`: closes a stale copy of the same name (unless told not to)
+    /// and the least recently used statements beyond the bound first (their replies
+    /// swallowed).
     pub(super) fn send_parse(
         &mut self,
+        srv: &mut ServerState,
         kept: &Kept,
         client_name: &[u8],
         owed: Owed,
         close_stale: bool,
     ) {
-        let srv = self
-            .server
-            .as_mut()
-            .expect("a tracked Parse is sent only while a server is held");
         if close_stale {
             if let Some(old) = srv.statements.holds(&kept.server_name) {
                 if old != kept.id {
@@ -312,12 +332,12 @@ impl Session<'_> {
                 }
             }
         }
-        while srv.statements.len() >= self.max_prepared {
+        while srv.statements.len() >= self.policy.max_prepared() {
             let Some((victim, id)) = srv.statements.lru_victim(&kept.server_name) else {
                 break;
             };
             f::close_statement(&mut self.sout, &victim);
-            self.shared.metrics.prepared.evictions.inc();
+            self.metrics.prepared.evictions.inc();
             srv.statements.remove(&victim);
             let close = Owed::InjectedClose {
                 server_name: victim.clone(),
@@ -328,11 +348,9 @@ impl Session<'_> {
         self.sout.extend_from_slice(&kept.parse);
         srv.statements.add(kept.server_name.clone(), kept.id);
         if owe_on(srv, &mut self.statements, owed) {
-            self.release_due = false;
+            self.batch.release_due = false;
         }
-        self.shared
-            .events
-            .client_prepares(self.id, client_name, srv.id);
+        self.events.client_prepares(self.id, client_name, srv.id);
     }
 }
 
@@ -373,7 +391,7 @@ mod tests {
             &error_fields("42P05", "prepared statement \"p7_q\" already exists".into()),
         );
         let out = unrename_error(&m, 7).expect("rewritten");
-        let fields = backend::parse_error(&out[HEADER_LEN..]).unwrap();
+        let fields = backend::parse_error(&out[HEADER_LEN..]).expect("an ErrorResponse");
         assert_eq!(fields.message, "prepared statement \"q\" already exists");
         assert_eq!(fields.code, "42P05");
         assert!(unrename_error(&m, 8).is_none());

@@ -4,7 +4,7 @@
 
 /// The part of one message still to come from a peer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Pass {
+pub(crate) struct Pass {
     /// Bytes of the message not seen yet (0: no message is being passed on). Messages are
     /// shorter than 2^31 bytes (their length is an `i32`).
     remaining: u32,

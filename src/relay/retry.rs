@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::session::Session;
+use super::Relay;
 use crate::prepared::Kept;
 use crate::protocol::backend;
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend as f, sqlstate};
-use crate::server::{Owed, Request};
+use crate::server::{Owed, Request, ServerState};
 
 /// One thing of the recorded batch, in order.
 #[derive(Debug)]
@@ -183,17 +183,17 @@ fn is_plan_change(error: &[u8]) -> bool {
     })
 }
 
-impl Session<'_> {
-    /// Whether [`Session::settle_retry`] may write a held error to the client.
+impl Relay {
+    /// Whether [`Relay::settle_retry`] may write a held error to the client.
     pub(super) fn retry_holds_error(&self) -> bool {
-        matches!(self.retry, PlanRetry::Failed(_))
+        matches!(self.batch.retry, PlanRetry::Failed(_))
     }
 
     /// At the batch's ReadyForQuery: retry if a plan-change error is held, the client is not
     /// in a transaction and nothing came after the batch (then the ReadyForQuery is swallowed:
     /// returns true); otherwise deliver the held error before it. Resets for the next batch.
-    pub(super) fn settle_retry(&mut self, status: u8) -> bool {
-        match std::mem::take(&mut self.retry) {
+    pub(super) fn settle_retry(&mut self, srv: &mut ServerState, status: u8) -> bool {
+        match std::mem::take(&mut self.batch.retry) {
             PlanRetry::Failed(f) => {
                 let Failed {
                     kept,
@@ -202,11 +202,11 @@ impl Session<'_> {
                     resend_ok,
                 } = *f;
                 if status == backend::TX_IDLE && resend_ok {
-                    self.resend(&kept, log);
-                    self.retry = PlanRetry::Off;
+                    self.resend(srv, &kept, log);
+                    self.batch.retry = PlanRetry::Off;
                     true
                 } else {
-                    self.cout.extend_from_slice(&error);
+                    self.client.cout.extend_from_slice(&error);
                     false
                 }
             }
@@ -214,11 +214,8 @@ impl Session<'_> {
         }
     }
 
-    fn resend(&mut self, kept: &Arc<Kept>, log: Vec<LogItem>) {
-        let Some(srv) = self.server.as_mut() else {
-            return;
-        };
-        self.shared.metrics.prepared.plan_retries.inc();
+    fn resend(&mut self, srv: &mut ServerState, kept: &Arc<Kept>, log: Vec<LogItem>) {
+        self.metrics.prepared.plan_retries.inc();
         tracing::info!(
             client = self.id,
             "statement plan changed after DDL: re-preparing and retrying once"
@@ -231,32 +228,31 @@ impl Session<'_> {
                 server_name: kept.server_name.clone(),
                 id: kept.id,
             };
-            super::session::owe_on(srv, &mut self.statements, close);
+            super::owe_on(srv, &mut self.statements, close);
         }
         let client_name = client_name(&kept.server_name, self.id);
         let replay = Owed::Replay {
             server_name: kept.server_name.clone(),
             id: kept.id,
         };
-        self.send_parse(kept, &client_name, replay, false);
+        self.send_parse(srv, kept, &client_name, replay, false);
         for item in log {
             match item {
                 LogItem::Sent { bytes, req } => {
                     self.sout.extend_from_slice(&bytes);
                     if let Some(r) = req {
-                        self.owe(Owed::Client(r));
+                        self.owe(srv, Owed::Client(r));
                     }
                 }
-                LogItem::Answer(o) => self.owe(o),
+                LogItem::Answer(o) => self.owe(srv, o),
                 LogItem::Close { bytes, name, kept } => {
                     if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
                         self.statements.remove(&name);
                     }
-                    let srv = self.server.as_mut().expect("a retry runs on a held server");
                     let had = srv.statements.holds(&kept.server_name);
                     srv.statements.remove(&kept.server_name);
                     self.sout.extend_from_slice(&bytes);
-                    self.owe(Owed::ClientClose { name, kept, had });
+                    self.owe(srv, Owed::ClientClose { name, kept, had });
                 }
             }
         }

@@ -1,21 +1,18 @@
 //! Server → client: each whole message the server sent is forwarded or swallowed by the
-//! expected-reply queue, the pooler's own answers are put in their place, and the server goes
-//! back to the pool at the boundary the pool mode sets.
-
-use std::time::Instant;
+//! expected-reply queue, the pooler's own answers are put in their place, and a
+//! ReadyForQuery with nothing left owed makes the server due for release.
 
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::direct::Direct;
-use super::error::{error_fields, ClientError};
+use super::error::ServerFault;
 use super::pass::Pass;
-use super::session::Session;
 use super::settle::settle;
-use crate::config::PoolMode;
+use super::{error_fields, Io, Relay};
 use crate::prepared;
 use crate::protocol::backend as b;
 use crate::protocol::{frame, frontend, sqlstate};
-use crate::server::{Owed, Step};
+use crate::server::{Owed, ServerState, Step};
 
 /// The largest message accepted from a server (PostgreSQL's own limit is 1 GB).
 const SERVER_MAX_MESSAGE: usize = 1 << 30;
@@ -23,10 +20,6 @@ const SERVER_MAX_MESSAGE: usize = 1 << 30;
 /// ParameterStatus, CommandComplete, an ErrorResponse it may rewrite). Anything else larger
 /// than `client.buffer_size` is passed on in pieces.
 const SERVER_HOLD_MAX: usize = 1 << 20;
-
-fn lost(e: impl std::fmt::Display) -> ClientError {
-    ClientError::ServerLost(e.to_string())
-}
 
 /// What an ErrorResponse says about its server: FATAL or PANIC (it closes after it), or 25006
 /// (a write refused as read-only: maybe the host was demoted). One parse for both.
@@ -57,105 +50,71 @@ fn must_hold(tag: u8, total: usize) -> bool {
     }
 }
 
-impl Session<'_> {
-    /// Handles what the server sent, then writes, releases and answers.
-    pub(super) async fn on_server(&mut self) -> Result<(), ClientError> {
-        self.drain_server()?;
-        self.finish_round().await
-    }
-
-    /// The end of every round: queued bytes to the server (reading it meanwhile), the server
-    /// back to the pool at the mode's boundary, queued bytes to the client.
-    pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
-        self.flush_server().await?;
-        self.maybe_release();
-        self.ready_at = None;
-        if self.tracking {
-            self.count_kept();
-        }
-        self.flush_client().await?;
-        if self.server.is_none() {
-            self.shrink_idle();
-        }
-        Ok(())
-    }
-
-    fn count_query(&mut self) {
-        let m = &self.shared.metrics.clients;
-        m.queries.inc();
-        if let Some(since) = self.request_since.take() {
-            let now = Instant::now();
-            let took = now.saturating_duration_since(since).as_secs_f64();
-            m.query_seconds.observe(took);
-            // One subtraction for both histograms when the query began the transaction.
-            let began = self.held_since == Some(since);
-            self.ready_at = Some((now, began.then_some(took)));
-        }
-    }
-
-    fn maybe_release(&mut self) {
-        if self.release_ready() {
-            self.release();
-        }
-    }
-
-    /// The transaction is over and the server owes nothing more: it goes back at this round's end.
-    fn release_ready(&self) -> bool {
-        let idle = self.server.as_ref().is_some_and(|s| s.replies.is_empty());
-        self.release_due
-            && idle
-            && self.status == b::TX_IDLE
-            && self.mode != PoolMode::Session
-            && self.cpass.is_idle()
-    }
-
-    /// Handles every whole message buffered from the server: forwarded messages and the
-    /// pooler's own answers go to the client in order. A leading run of messages forwarded
-    /// unchanged is written to a plain client straight from the server's buffer, without
-    /// waiting, unless it ends the transaction; only what the socket does not take is copied
-    /// to the client buffer.
-    pub(super) fn drain_server(&mut self) -> Result<(), ClientError> {
-        const HELD: &str = "server messages are handled only while a server is held";
+impl Relay {
+    /// Handles every whole message buffered from held server `srv` (its read buffer):
+    /// forwarded messages and the pooler's own answers go to the client in order. A leading
+    /// run of messages forwarded unchanged is offered to the client straight from the
+    /// server's buffer ([`Io::offer_client`]), unless it ends the transaction; only what the
+    /// client does not take is copied to the client buffer.
+    pub fn on_server<I: Io>(
+        &mut self,
+        srv: &mut ServerState,
+        io: &mut I,
+    ) -> Result<(), ServerFault> {
         // Messages are handled in place and the buffer advanced once: no split per message.
-        // The buffer is lent out meanwhile (the handling needs the session mutably) and is
-        // put back on every path, so `finish` sees what is left of it.
-        let mut rbuf = std::mem::take(&mut self.server.as_mut().expect(HELD).rbuf);
+        // The buffer is lent out meanwhile and put back on every path.
+        let mut rbuf = std::mem::take(&mut srv.rbuf);
         let mut direct = Direct {
-            allowed: self.cout.is_empty() && !self.client.is_tls(),
+            allowed: self.client.cout.is_empty() && io.direct(),
             run: None,
         };
         let mut done = 0;
-        let res = self.drain_messages(&rbuf, &mut done, &mut direct);
+        let res = self.drain_messages(srv, &rbuf, &mut done, &mut direct, io);
         if let Some(run) = direct.run.take() {
             let bytes = &rbuf[run];
             // After an error the run is only queued: the error path flushes it first. A run
             // that ends the transaction is queued too and written after the release, so a
             // client holding its reply finds the transaction counted and the server back in
             // the pool (the admin server scrapes from another thread).
-            let n = if res.is_ok() && !self.release_ready() {
-                self.client.try_write_plain(bytes)
+            let n = if res.is_ok() && !self.release_ready(srv) {
+                io.offer_client(bytes)
             } else {
                 0
             };
             if n > 0 {
-                self.shared.metrics.clients.bytes_out.inc_by(n as u64);
+                self.metrics.clients.bytes_out.inc_by(n as u64);
             }
-            self.cout.extend_from_slice(&bytes[n..]);
+            self.client.cout.extend_from_slice(&bytes[n..]);
         }
         rbuf.advance(done);
-        self.server.as_mut().expect(HELD).rbuf = rbuf;
+        srv.rbuf = rbuf;
         res
+    }
+
+    fn count_query<I: Io>(&mut self, io: &mut I) {
+        let m = &self.metrics.clients;
+        m.queries.inc();
+        if let Some(since) = self.clock.request_since.take() {
+            let now = io.now();
+            let took = now.saturating_duration_since(since).as_secs_f64();
+            m.query_seconds.observe(took);
+            // One subtraction for both histograms when the query began the transaction.
+            let began = self.clock.held_since == Some(since);
+            self.clock.ready_at = Some((now, began.then_some(took)));
+        }
     }
 
     /// Handles the messages of `buf` from `done` on, advancing `done` past each: whole ones,
     /// and the first bytes of one too large to hold, whose rest is passed on (or dropped) as
     /// it arrives.
-    fn drain_messages(
+    fn drain_messages<I: Io>(
         &mut self,
+        srv: &mut ServerState,
         buf: &[u8],
         done: &mut usize,
         direct: &mut Direct,
-    ) -> Result<(), ClientError> {
+        io: &mut I,
+    ) -> Result<(), ServerFault> {
         loop {
             if !self.spass.is_idle() {
                 let n = self.spass.take(buf.len() - *done);
@@ -163,31 +122,25 @@ impl Session<'_> {
                     return Ok(());
                 }
                 if self.spass.keeps() {
-                    direct.pass_on(&mut self.cout, buf, *done, *done + n);
+                    direct.pass_on(&mut self.client.cout, buf, *done, *done + n);
                 }
                 *done += n;
                 continue;
             }
-            let srv = self
-                .server
-                .as_mut()
-                .expect("server messages are handled only while a server is held");
             let rest = &buf[*done..];
             let Some((tag, len)) = frame::peek_header(rest) else {
                 return Ok(());
             };
-            let total = frame::checked_total(len, SERVER_MAX_MESSAGE).map_err(lost)?;
+            let total = frame::checked_total(len, SERVER_MAX_MESSAGE)?;
             let whole = rest.len() >= total;
             if !whole {
-                if total > self.buffer && !must_hold(tag, total) {
-                    self.server_head(tag, total, buf, done, direct)?;
+                if total > self.policy.buffer() && !must_hold(tag, total) {
+                    self.server_head(srv, tag, total, buf, done, direct, io)?;
                     continue;
                 }
                 if total > SERVER_HOLD_MAX {
-                    return Err(ClientError::ServerLost(format!(
-                        "server sent a message of type {tag} of {total} bytes, more than the \
-                         {SERVER_HOLD_MAX} the pooler holds to read it"
-                    )));
+                    let max = SERVER_HOLD_MAX;
+                    return Err(ServerFault::TooLarge { tag, total, max });
                 }
                 return Ok(());
             }
@@ -201,36 +154,36 @@ impl Session<'_> {
                         _ => break,
                     }
                 }
-                direct.pass_on(&mut self.cout, buf, *done, *done + end);
+                direct.pass_on(&mut self.client.cout, buf, *done, *done + end);
                 *done += end;
                 continue;
             }
             let msg = &rest[..total];
             let at = *done;
             *done += total;
-            let (step, substitute) = self.classify(tag, Some(msg), buf, direct)?;
+            let (step, substitute) = self.classify(srv, tag, Some(msg), buf, direct, io)?;
             if step.forward {
                 match substitute {
                     Some(own) => {
-                        direct.spill(&mut self.cout, buf);
-                        self.cout.extend_from_slice(&own);
+                        direct.spill(&mut self.client.cout, buf);
+                        self.client.cout.extend_from_slice(&own);
                     }
-                    None if tag == b::ERROR_RESPONSE_TAG && self.tracking => {
+                    None if tag == b::ERROR_RESPONSE_TAG && self.policy.tracking => {
                         match super::tracking::unrename_error(msg, self.id) {
                             Some(m) => {
-                                direct.spill(&mut self.cout, buf);
-                                self.cout.extend_from_slice(&m);
+                                direct.spill(&mut self.client.cout, buf);
+                                self.client.cout.extend_from_slice(&m);
                             }
-                            None => direct.pass_on(&mut self.cout, buf, at, at + total),
+                            None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                         }
                     }
-                    None => direct.pass_on(&mut self.cout, buf, at, at + total),
+                    None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                 }
                 if step.ready {
-                    self.count_query();
+                    self.count_query(io);
                 }
             }
-            self.after_step(&step, buf, direct);
+            self.after_step(srv, &step, buf, direct);
         }
     }
 
@@ -238,27 +191,30 @@ impl Session<'_> {
     /// classified by its tag, the bytes there are passed on or dropped, and the rest follows
     /// as it arrives.
     #[cold]
-    fn server_head(
+    #[allow(clippy::too_many_arguments)]
+    fn server_head<I: Io>(
         &mut self,
+        srv: &mut ServerState,
         tag: u8,
         total: usize,
         buf: &[u8],
         done: &mut usize,
         direct: &mut Direct,
-    ) -> Result<(), ClientError> {
+        io: &mut I,
+    ) -> Result<(), ServerFault> {
         let at = *done;
         let seen = buf.len() - at;
         *done = buf.len();
-        let (step, substitute) = self.classify(tag, None, buf, direct)?;
+        let (step, substitute) = self.classify(srv, tag, None, buf, direct, io)?;
         let keep = step.forward && substitute.is_none();
         if keep {
-            direct.pass_on(&mut self.cout, buf, at, at + seen);
+            direct.pass_on(&mut self.client.cout, buf, at, at + seen);
         } else if let Some(own) = substitute.filter(|_| step.forward) {
-            direct.spill(&mut self.cout, buf);
-            self.cout.extend_from_slice(&own);
+            direct.spill(&mut self.client.cout, buf);
+            self.client.cout.extend_from_slice(&own);
         }
         self.spass = Pass::rest(total, seen, keep);
-        self.after_step(&step, buf, direct);
+        self.after_step(srv, &step, buf, direct);
         Ok(())
     }
 
@@ -266,36 +222,34 @@ impl Session<'_> {
     /// pooler's own error to send in its place. `msg` is the whole message, or `None` for
     /// one passed on in pieces (never one whose body the pooler reads).
     #[inline(always)]
-    fn classify(
+    fn classify<I: Io>(
         &mut self,
+        srv: &mut ServerState,
         tag: u8,
         msg: Option<&[u8]>,
         buf: &[u8],
         direct: &mut Direct,
-    ) -> Result<(Step, Option<Bytes>), ClientError> {
-        let srv = self
-            .server
-            .as_mut()
-            .expect("server messages are handled only while a server is held");
+        io: &mut I,
+    ) -> Result<(Step, Option<Bytes>), ServerFault> {
         let body = || msg.map_or(&[][..], |m| &m[frame::HEADER_LEN..]);
         if let Some(m) = msg.filter(|_| tag == b::ERROR_RESPONSE_TAG) {
             let signs = error_signs(&m[frame::HEADER_LEN..]);
-            self.server_fatal |= signs.fatal;
+            self.batch.server_fatal |= signs.fatal;
             // Checked at release, where the pool knows whether it needs writes.
             srv.read_only_error |= signs.read_only;
         }
         let mut step = if tag == b::ERROR_RESPONSE_TAG {
             let held = match srv.replies.front() {
-                Some(Owed::TrackedBind { id }) => self.retry.hold(*id, msg),
+                Some(Owed::TrackedBind { id }) => self.batch.retry.hold(*id, msg),
                 _ => false,
             };
-            let mut step = srv.replies.on_error(&mut self.skipped);
+            let mut step = srv.replies.on_error(&mut self.batch.skipped);
             step.forward &= !held;
             if srv.replies.skips_to_sync() {
                 // The server now ignores the client's messages up to its Sync, so the pooler
                 // drops them as well, answering none; the batch cannot be sent again whole.
-                self.skipping = true;
-                self.retry.disable();
+                self.client.skipping = true;
+                self.batch.retry.disable();
             }
             step
         } else {
@@ -303,43 +257,24 @@ impl Session<'_> {
         };
         match tag {
             b::PARAMETER_STATUS_TAG => {
-                let (k, v) = b::parse_parameter_status(body()).map_err(lost)?;
+                let (k, v) = b::parse_parameter_status(body())?;
                 srv.set_param(k, v);
                 // The client changed it (SET): it is the client's value now.
-                self.params.set(k, v);
+                self.client.params.set(k, v);
             }
             b::READY_FOR_QUERY_TAG => {
-                self.status = b::parse_ready_for_query(body()).map_err(lost)?;
-                if let Some(t) = self.timeouts.as_deref_mut() {
-                    t.quiet_since = Instant::now();
+                self.batch.status = b::parse_ready_for_query(body())?;
+                if self.marks.is_some() {
+                    let now = io.now();
+                    if let Some(t) = self.marks.as_deref_mut() {
+                        t.quiet_since = now;
+                    }
                 }
             }
-            b::COMMAND_COMPLETE_TAG if self.tracking && prepared::drops_all_statements(body()) => {
-                // The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the
-                // command is gone, for this client and on this server.
-                let marks = match (&step.completed, srv.replies.front()) {
-                    (
-                        Some(Owed::Marked {
-                            client_seq,
-                            server_seq,
-                            ..
-                        }),
-                        _,
-                    )
-                    | (
-                        None,
-                        Some(Owed::Marked {
-                            client_seq,
-                            server_seq,
-                            ..
-                        }),
-                    ) => Some((*client_seq, *server_seq)),
-                    _ => None,
-                };
-                let (client_seq, server_seq) =
-                    marks.unwrap_or((u64::MAX, srv.statements.next_seq()));
-                self.statements.drop_older_than(client_seq);
-                srv.statements.drop_older_than(server_seq);
+            b::COMMAND_COMPLETE_TAG
+                if self.policy.tracking && prepared::drops_all_statements(body()) =>
+            {
+                self.forget_dropped_statements(srv, &step);
             }
             _ => {}
         }
@@ -351,55 +286,78 @@ impl Session<'_> {
             }
             settle(&mut self.statements, &mut srv.statements, done, failed);
         }
-        for o in self.skipped.drain(..) {
+        for o in self.batch.skipped.drain(..) {
             settle(&mut self.statements, &mut srv.statements, o, true);
         }
         let drained = srv.replies.is_empty();
         if step.ready && drained && self.retry_holds_error() {
             // The held error goes out before this ReadyForQuery: whatever was forwarded so
             // far must precede it.
-            direct.spill(&mut self.cout, buf);
+            direct.spill(&mut self.client.cout, buf);
         }
-        if step.ready && drained && self.settle_retry(self.status) {
+        if step.ready && drained && self.settle_retry(srv, self.batch.status) {
             // The batch is being sent again: this ReadyForQuery is not the client's.
             step.forward = false;
             step.ready = false;
         }
         if step.ready
             && step.forward
-            && self.mode == PoolMode::Statement
-            && self.status != b::TX_IDLE
+            && self.policy.is_statement()
+            && self.batch.status != b::TX_IDLE
         {
             step.forward = false;
-            self.refuse_transaction();
+            self.refuse_transaction(srv);
         }
         Ok((step, substitute))
+    }
+
+    /// The server ran DEALLOCATE ALL / DISCARD ALL: what existed before the command is gone,
+    /// for this client and on this server.
+    fn forget_dropped_statements(&mut self, srv: &mut ServerState, step: &Step) {
+        let marks = match (&step.completed, srv.replies.front()) {
+            (
+                Some(Owed::Marked {
+                    client_seq,
+                    server_seq,
+                    ..
+                }),
+                _,
+            )
+            | (
+                None,
+                Some(Owed::Marked {
+                    client_seq,
+                    server_seq,
+                    ..
+                }),
+            ) => Some((*client_seq, *server_seq)),
+            _ => None,
+        };
+        let (client_seq, server_seq) = marks.unwrap_or((u64::MAX, srv.statements.next_seq()));
+        self.statements.drop_older_than(client_seq);
+        srv.statements.drop_older_than(server_seq);
     }
 
     /// After a server message: the pooler's answers that reached the front go to the client,
     /// and a ReadyForQuery with nothing left owed makes the server due for release.
     #[inline(always)]
-    fn after_step(&mut self, step: &Step, buf: &[u8], direct: &mut Direct) {
-        let srv = self
-            .server
-            .as_mut()
-            .expect("server messages are handled only while a server is held");
+    fn after_step(&mut self, srv: &mut ServerState, step: &Step, buf: &[u8], direct: &mut Direct) {
         while let Some(answer) = srv.replies.pop_answer() {
-            direct.spill(&mut self.cout, buf);
+            direct.spill(&mut self.client.cout, buf);
             if let Owed::Synthetic(m) = answer {
-                self.cout.extend_from_slice(&m);
+                self.client.cout.extend_from_slice(&m);
             }
         }
         if step.ready && srv.replies.is_empty() {
-            self.release_due = true;
-            self.batch_clean = true;
+            self.batch.release_due = true;
+            self.batch.clean = true;
         }
     }
 
     /// Statement mode: a statement left a transaction open. Roll it back and tell the client.
-    fn refuse_transaction(&mut self) {
+    fn refuse_transaction(&mut self, srv: &mut ServerState) {
         frontend::query(&mut self.sout, "ROLLBACK");
-        self.owe(Owed::Internal);
+        self.owe(srv, Owed::Internal);
         let mut m = BytesMut::new();
         b::error_response(
             &mut m,
@@ -409,8 +367,8 @@ impl Session<'_> {
             ),
         );
         b::ready_for_query(&mut m, b::TX_IDLE);
-        self.owe(Owed::Synthetic(Bytes::from(m)));
+        self.owe(srv, Owed::Synthetic(Bytes::from(m)));
         // The rest of the block, already sent by the client, must not run outside it.
-        self.refused_bytes = self.cbuf.len();
+        self.client.refused_bytes = self.client.cbuf.len();
     }
 }

@@ -1,0 +1,347 @@
+//! Client → server: each whole message the client sent is forwarded, rewritten, or answered
+//! by the pooler, and what the server will owe for it is queued.
+
+use bytes::Buf;
+
+use super::error::ClientFault;
+use super::pass::Pass;
+use super::{error_fields, Io, Next, Relay};
+use crate::protocol::backend::{self, ErrorFields};
+use crate::protocol::frontend as f;
+use crate::protocol::{frame, sqlstate};
+use crate::server::{Owed, Request, ServerState};
+
+/// At most this many replies owed by one server before the client's next message waits:
+/// a client that pipelines without reading is pushed back instead of queued.
+const MAX_OWED: usize = 1024;
+
+impl Relay {
+    /// Handles every message buffered from the client (whole ones, and the header of one too
+    /// large to hold, whose rest is passed on as it arrives) until one needs what the driver
+    /// must do first; `srv` is the held server, if any.
+    pub fn on_client<I: Io>(
+        &mut self,
+        mut srv: Option<&mut ServerState>,
+        io: &mut I,
+    ) -> Result<Next, ClientFault> {
+        loop {
+            if !self.client.cpass.is_idle() {
+                if self.client.cbuf.is_empty() {
+                    break;
+                }
+                self.pass_client();
+                continue;
+            }
+            if self.sout.len() >= self.policy.buffer() && srv.is_some() {
+                // A long pipeline goes out as it is read, not after all of it.
+                return Ok(Next::FlushServer);
+            }
+            let Some((tag, len)) = frame::peek_header(&self.client.cbuf) else {
+                break;
+            };
+            let total = frame::checked_total(len, f::LARGE_MESSAGE_LIMIT + frame::HEADER_LEN)?;
+            if f::exceeds_small_limit(tag, total) {
+                return Err(ClientFault::Length { len, tag });
+            }
+            let whole = self.client.cbuf.len() >= total;
+            if !whole && !self.streams(tag, total) {
+                if total > self.policy.max_message() {
+                    let e = frame::FrameError::TooLarge {
+                        len: total,
+                        max: self.policy.max_message(),
+                    };
+                    return Err(e.into());
+                }
+                break;
+            }
+            let seen = if whole { total } else { self.client.cbuf.len() };
+            if tag == f::TERMINATE_TAG {
+                return Ok(Next::Quit);
+            }
+            if !f::is_known_tag(tag) {
+                return Err(ClientFault::UnknownTag(tag));
+            }
+            if self.must_wait(srv.as_deref()) {
+                break;
+            }
+            if self.client.refused_bytes > 0 {
+                self.client.refused_bytes = self.client.refused_bytes.saturating_sub(total);
+                self.drop_client(seen, total);
+                self.answer_refused(srv.as_deref_mut(), tag);
+                continue;
+            }
+            if self.client.skipping {
+                if tag != f::SYNC_TAG {
+                    self.drop_client(seen, total);
+                    continue;
+                }
+                self.client.skipping = false;
+            }
+            let Some(held) = srv.as_deref_mut() else {
+                if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
+                    return Ok(Next::NeedServer { tag });
+                }
+                self.on_unheld(tag, seen, total, io)?;
+                continue;
+            };
+            // Handled in place (no split of the buffer per message): the buffer is lent out
+            // for the call, which needs the relay mutably.
+            let cbuf = std::mem::take(&mut self.client.cbuf);
+            if self.sout.capacity() == 0 {
+                // Room for this batch in one allocation rather than growth by doubling.
+                self.sout.reserve(cbuf.len());
+            }
+            let res = self.on_request(held, tag, &cbuf[..seen], total, io);
+            self.client.cbuf = cbuf;
+            self.client.cbuf.advance(seen);
+            let passed = res?;
+            if !whole {
+                // The rest follows the first bytes: to the server, or (a Bind the pooler
+                // refused, COPY data with no COPY running) nowhere.
+                self.client.cpass = Pass::rest(total, seen, passed);
+            }
+        }
+        Ok(Next::Done)
+    }
+
+    /// The pool could not give the message in front (of type `tag`) a server: it is dropped
+    /// and answered with `fields` (ERROR); after a simple Query a ReadyForQuery follows,
+    /// otherwise the client's messages are skipped to its Sync.
+    pub fn refuse(&mut self, tag: u8, fields: &ErrorFields) {
+        if let Some((_, len)) = frame::peek_header(&self.client.cbuf) {
+            let total = len as usize + 1;
+            let seen = total.min(self.client.cbuf.len());
+            self.drop_client(seen, total);
+        }
+        backend::error_response(&mut self.client.cout, fields);
+        if tag == f::QUERY_TAG || tag == f::FUNCTION_CALL_TAG {
+            backend::ready_for_query(&mut self.client.cout, backend::TX_IDLE);
+        } else {
+            self.client.skipping = true;
+        }
+    }
+
+    /// Passes on (or drops) the next bytes of the client message in progress.
+    fn pass_client(&mut self) {
+        let n = self.client.cpass.take(self.client.cbuf.len());
+        if self.client.cpass.keeps() {
+            self.sout.extend_from_slice(&self.client.cbuf[..n]);
+        }
+        self.client.cbuf.advance(n);
+    }
+
+    /// Drops a message the pooler does not pass on: the `seen` bytes buffered now, and the
+    /// rest of it as it arrives.
+    fn drop_client(&mut self, seen: usize, total: usize) {
+        self.client.cbuf.advance(seen);
+        if seen < total {
+            self.client.cpass = Pass::rest(total, seen, false);
+        }
+    }
+
+    /// Whether the next message must stay buffered until the held server has answered more:
+    /// statement mode runs one statement at a time (while a COPY FROM STDIN runs, what the
+    /// client sends belongs to it, or ends it with an error, as the server decides), and a
+    /// server owes at most [`MAX_OWED`] replies (then it is asked to flush what it holds).
+    fn must_wait(&mut self, srv: Option<&ServerState>) -> bool {
+        let Some(srv) = srv else {
+            return false;
+        };
+        if self.policy.is_statement() && srv.replies.owes_ready() && !srv.replies.in_copy_in() {
+            return true;
+        }
+        if srv.replies.len() >= MAX_OWED {
+            // PostgreSQL holds replies until Sync, Flush or a full buffer: without a Flush a
+            // pipeline of small requests would wait for replies the server keeps.
+            f::flush(&mut self.sout);
+            return true;
+        }
+        false
+    }
+
+    /// Whether a message not yet wholly buffered is passed on in pieces: it is larger than a
+    /// buffer and the pooler needs no more of it than its first bytes.
+    fn streams(&self, tag: u8, total: usize) -> bool {
+        if total <= self.policy.buffer() {
+            return false;
+        }
+        match tag {
+            f::QUERY_TAG | f::FUNCTION_CALL_TAG | f::COPY_DATA_TAG => true,
+            f::PARSE_TAG if self.policy.tracking => {
+                // A named Parse is kept whole for replays; the unnamed one is not.
+                f::parse_statement_prefix(&self.client.cbuf).is_some_and(|span| span.len == 0)
+            }
+            // A tracked Bind is renamed in its first bytes: both names must be there.
+            f::BIND_TAG if self.policy.tracking => f::bind_statement(&self.client.cbuf).is_ok(),
+            f::PARSE_TAG | f::BIND_TAG => true,
+            _ => false,
+        }
+    }
+
+    /// Whether reading the client now could help: its buffer has room, or the message in
+    /// front must be held whole and is not complete yet.
+    pub fn wants_client(&self) -> bool {
+        let cbuf = &self.client.cbuf;
+        if cbuf.len() < self.policy.buffer() {
+            return true;
+        }
+        if !self.client.cpass.is_idle() {
+            return false;
+        }
+        match frame::peek_header(cbuf) {
+            Some((tag, len)) => {
+                let total = len as usize + 1;
+                total > cbuf.len()
+                    && total <= self.policy.max_message()
+                    && !self.streams(tag, total)
+            }
+            None => true,
+        }
+    }
+
+    /// A message of a transaction block that statement mode refused: not run, answered as a
+    /// server answers inside a failed block.
+    fn answer_refused(&mut self, srv: Option<&mut ServerState>, tag: u8) {
+        let message = "current transaction is aborted, commands ignored until end of \
+                       transaction block (transaction blocks are not allowed in statement pooling mode)";
+        match tag {
+            f::QUERY_TAG | f::FUNCTION_CALL_TAG => {
+                let fields = error_fields(sqlstate::IN_FAILED_SQL_TRANSACTION, message.into());
+                backend::error_response(&mut self.client.cout, &fields);
+                backend::ready_for_query(&mut self.client.cout, backend::TX_IDLE);
+            }
+            f::SYNC_TAG => {
+                self.client.skipping = false;
+                backend::ready_for_query(&mut self.client.cout, backend::TX_IDLE);
+            }
+            _ if !self.client.skipping => {
+                self.pooler_error(srv, sqlstate::IN_FAILED_SQL_TRANSACTION, message.into())
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether this message has to reach a server (so one must be taken first). `whole`:
+    /// `msg` is the whole message, not its first bytes.
+    fn needs_server(&self, tag: u8, msg: &[u8], whole: bool) -> Result<bool, ClientFault> {
+        Ok(match tag {
+            f::SYNC_TAG | f::FLUSH_TAG => false,
+            f::COPY_DATA_TAG | f::COPY_DONE_TAG | f::COPY_FAIL_TAG => false,
+            // Passed on in pieces: unnamed (the check in `streams`).
+            f::PARSE_TAG if !whole => true,
+            f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.policy.tracking => {
+                self.tracked_needs_server(tag, msg)?
+            }
+            _ => true,
+        })
+    }
+
+    /// A message handled without a server (one that needs none, or a tracked one the pooler
+    /// answers alone).
+    fn on_unheld<I: Io>(
+        &mut self,
+        tag: u8,
+        seen: usize,
+        total: usize,
+        io: &mut I,
+    ) -> Result<(), ClientFault> {
+        let cbuf = std::mem::take(&mut self.client.cbuf);
+        let res = match tag {
+            // Nothing of this batch reached a server: the pool answers the Sync itself.
+            f::SYNC_TAG => {
+                backend::ready_for_query(&mut self.client.cout, backend::TX_IDLE);
+                Ok(false)
+            }
+            // Refused (26000, 42P05, 53400) or a Close answered by the pooler.
+            f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.policy.tracking => {
+                self.on_tracked(None, tag, &cbuf[..seen], total, io)
+            }
+            // Flush, and COPY messages with no server: a server would drop them too.
+            _ => Ok(false),
+        };
+        self.client.cbuf = cbuf;
+        self.client.cbuf.advance(seen);
+        if seen < total {
+            self.client.cpass = Pass::rest(total, seen, false);
+        }
+        res.map(|_| ())
+    }
+
+    /// Handles one client message on held server `srv`: `msg` is all of it, or its first
+    /// bytes when it is passed on in pieces (`total` is its whole size). Returns whether it
+    /// went to the server (so the rest of a message passed on in pieces follows it there).
+    fn on_request<I: Io>(
+        &mut self,
+        srv: &mut ServerState,
+        tag: u8,
+        msg: &[u8],
+        total: usize,
+        io: &mut I,
+    ) -> Result<bool, ClientFault> {
+        match tag {
+            f::QUERY_TAG => self.forward(srv, msg, Request::Query, total, io),
+            f::FUNCTION_CALL_TAG => self.forward(srv, msg, Request::Query, total, io),
+            f::SYNC_TAG => self.forward(srv, msg, Request::Sync, total, io),
+            f::COPY_DONE_TAG | f::COPY_FAIL_TAG => {
+                self.sout.extend_from_slice(msg);
+                self.batch.retry.record(msg, None);
+                self.owe(srv, Owed::CopyEnd);
+            }
+            f::FLUSH_TAG | f::COPY_DATA_TAG => {
+                self.sout.extend_from_slice(msg);
+                if msg.len() == total {
+                    self.batch.retry.record(msg, None);
+                } else {
+                    self.batch.retry.disable();
+                }
+            }
+            f::EXECUTE_TAG => self.forward(srv, msg, Request::Execute, total, io),
+            f::PARSE_TAG if self.policy.tracking && msg.len() < total => {
+                self.forward(srv, msg, Request::Parse, total, io)
+            }
+            f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.policy.tracking => {
+                return self.on_tracked(Some(srv), tag, msg, total, io);
+            }
+            f::PARSE_TAG => self.forward(srv, msg, Request::Parse, total, io),
+            f::BIND_TAG => self.forward(srv, msg, Request::Bind, total, io),
+            f::DESCRIBE_TAG => self.forward(srv, msg, Request::Describe, total, io),
+            f::CLOSE_TAG => self.forward(srv, msg, Request::Close, total, io),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Forwards a message unchanged (`msg` may be its first `msg.len()` of `total` bytes) and
+    /// queues what the server owes for it.
+    pub(super) fn forward<I: Io>(
+        &mut self,
+        srv: &mut ServerState,
+        msg: &[u8],
+        req: Request,
+        total: usize,
+        io: &mut I,
+    ) {
+        if self.clock.request_since.is_none() {
+            self.clock.request_since = Some(io.now());
+        }
+        self.sout.extend_from_slice(msg);
+        if matches!(req, Request::Bind | Request::Execute | Request::Query) {
+            self.batch.clean = false;
+        }
+        let owed = match (self.policy.tracking, req) {
+            (true, Request::Query | Request::Execute) => Owed::Marked {
+                req,
+                client_seq: self.statements.next_id(),
+                server_seq: srv.statements.next_seq(),
+            },
+            _ => Owed::Client(req),
+        };
+        self.owe(srv, owed);
+        if msg.len() == total {
+            self.batch.retry.record(msg, Some(req));
+        } else {
+            // Not kept whole, so it could not be sent again.
+            self.batch.retry.disable();
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The relay as a pure state machine, in the manner of quinn-proto and rustls: it owns the
+//! protocol state of one client session (its buffers, its prepared statements, the batch in
+//! flight, skip-to-Sync, COPY, the plan-change retry, the release decision, the timeouts as
+//! deadlines) and works on the protocol state of the server it holds ([`ServerState`]).
+//! Bytes and the time go in; bytes for either side and what to do next come out ([`Next`],
+//! [`Relay::release_ready`], [`Relay::deadline`]). No socket, no task, no await: the session
+//! task (`client::session`) does the I/O and the checkout around it, and the deterministic
+//! simulation (`sim`) drives it against a model PostgreSQL.
+//!
+//! Glossary: *client* is the application connection, *server* the connection to PostgreSQL
+//! the client holds; a *batch* is what the client sends up to a Sync (or a simple Query); the
+//! server *owes* a reply for each message it was sent (`server::Replies`).
+
+mod client;
+mod direct;
+mod error;
+mod pass;
+mod policy;
+mod replies;
+mod retry;
+mod settle;
+mod timeouts;
+mod tracking;
+
+pub use error::{ClientFault, RelayError, ServerFault};
+pub use policy::Policy;
+pub use timeouts::Kind;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::params::ClientParams;
+use crate::prepared::ClientStatements;
+use crate::protocol::backend;
+use crate::server::{Owed, ServerState};
+use pass::Pass;
+use retry::PlanRetry;
+
+/// A buffer above this that has been emptied is given back rather than kept.
+pub const SHRINK_ABOVE: usize = 64 * 1024;
+
+/// What the machine asks of its driver during a call.
+pub trait Io {
+    /// The time now; read only where a duration is measured.
+    fn now(&mut self) -> Instant;
+    /// Whether bytes may go to the client straight from the server's read buffer (a plain
+    /// socket: a TLS one copies anyway).
+    fn direct(&self) -> bool;
+    /// Offers bytes to the client without waiting; returns how many it took (the machine
+    /// copies the rest into its client buffer).
+    fn offer_client(&mut self, bytes: &[u8]) -> usize;
+}
+
+/// What the driver does after [`Relay::on_client`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Everything that can be handled now is: write what is queued for either side.
+    Done,
+    /// The message in front (of type `tag`) needs a server: take one, [`Relay::hold`] it and
+    /// call again, or answer the pool's refusal with [`Relay::refuse`].
+    NeedServer { tag: u8 },
+    /// Enough is queued for the server: write it (reading the server meanwhile) and call
+    /// again.
+    FlushServer,
+    /// The client sent Terminate.
+    Quit,
+}
+
+/// The client's side: its bytes both ways and where its message stream stands.
+#[derive(Debug, Default)]
+struct ClientSide {
+    /// Bytes from the client not yet handled.
+    cbuf: BytesMut,
+    /// Bytes for the client.
+    cout: BytesMut,
+    /// The rest of a client message being passed on (or dropped) in pieces.
+    cpass: Pass,
+    /// After an error the pooler answered: drop client messages up to Sync, as a server would.
+    skipping: bool,
+    /// Statement mode refused a transaction block: client bytes received before the refusal
+    /// (the rest of that block) are answered with 25P02 instead of being run.
+    refused_bytes: usize,
+    /// The session settings this client expects (what it was told, plus its own SETs).
+    params: ClientParams,
+}
+
+/// The batch in flight on the held server.
+#[derive(Debug, Default)]
+struct Batch {
+    /// Transaction status of the held server's last ReadyForQuery.
+    status: u8,
+    /// The held server answered everything it owed with ReadyForQuery: it may go back.
+    release_due: bool,
+    /// Nothing has been executed yet in the current batch (for the plan-change retry).
+    clean: bool,
+    retry: PlanRetry,
+    /// Scratch space for replies skipped after an error.
+    skipped: Vec<Owed>,
+    /// The held server sent a FATAL error (passed on): its close ends the session quietly.
+    server_fatal: bool,
+}
+
+/// The clock reads the metrics need.
+#[derive(Debug, Default)]
+struct Clock {
+    /// When the held server was taken, and when the request in flight was sent.
+    held_since: Option<Instant>,
+    request_since: Option<Instant>,
+    /// When the last ReadyForQuery was handled, within the current round only (so a release
+    /// right after it reuses that clock read), and the query's seconds when that query began
+    /// the transaction (an autocommit statement: the transaction took as long).
+    ready_at: Option<(Instant, Option<f64>)>,
+}
+
+/// The relay of one client session.
+pub struct Relay {
+    /// The client's number: its statements' server names (`p<id>_...`) and event lines.
+    id: u64,
+    policy: Policy,
+    client: ClientSide,
+    statements: ClientStatements,
+    /// Bytes for the server.
+    sout: BytesMut,
+    /// The rest of a server message being passed on (or dropped) in pieces.
+    spass: Pass,
+    batch: Batch,
+    clock: Clock,
+    /// Kept only while a timeout is on.
+    marks: Option<Box<timeouts::Marks>>,
+    /// Kept statements already counted in the gauge.
+    kept_counted: usize,
+    metrics: Arc<Metrics>,
+    events: Events,
+}
+
+impl Relay {
+    /// A session of client `id` expecting `params`, with `leftover` bytes it sent after its
+    /// startup packet.
+    pub fn new(
+        id: u64,
+        params: ClientParams,
+        policy: Policy,
+        leftover: BytesMut,
+        metrics: Arc<Metrics>,
+        events: Events,
+    ) -> Relay {
+        Relay {
+            id,
+            policy,
+            client: ClientSide {
+                cbuf: leftover,
+                params,
+                ..ClientSide::default()
+            },
+            statements: ClientStatements::default(),
+            sout: BytesMut::new(),
+            spass: Pass::default(),
+            batch: Batch {
+                status: backend::TX_IDLE,
+                clean: true,
+                ..Batch::default()
+            },
+            clock: Clock::default(),
+            marks: None,
+            kept_counted: 0,
+            metrics,
+            events,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Where the driver reads the client's bytes into.
+    pub fn client_in(&mut self) -> &mut BytesMut {
+        &mut self.client.cbuf
+    }
+
+    /// Whether the client buffer has room for another read (`client.buffer_size`): while the
+    /// driver waits for something else, it reads the client no further.
+    pub fn client_has_room(&self) -> bool {
+        self.client.cbuf.len() < self.policy.buffer()
+    }
+
+    /// Client bytes not handled yet.
+    pub fn client_pending(&self) -> usize {
+        self.client.cbuf.len()
+    }
+
+    /// What is queued for the client; the driver writes it and calls [`Relay::client_sent`].
+    pub fn client_out(&self) -> &[u8] {
+        &self.client.cout
+    }
+
+    /// The client took everything queued for it.
+    pub fn client_sent(&mut self) {
+        self.metrics
+            .clients
+            .bytes_out
+            .inc_by(self.client.cout.len() as u64);
+        self.client.cout.clear();
+        if self.client.cout.capacity() > SHRINK_ABOVE {
+            self.client.cout = BytesMut::new();
+        }
+    }
+
+    /// What is queued for the server; the driver writes it and calls [`Relay::server_sent`].
+    pub fn server_out(&self) -> &[u8] {
+        &self.sout
+    }
+
+    /// The server took everything queued for it.
+    pub fn server_sent(&mut self) {
+        self.sout.clear();
+        if self.sout.capacity() > SHRINK_ABOVE {
+            self.sout = BytesMut::new();
+        }
+    }
+
+    /// The settings this client expects.
+    pub fn params(&self) -> &ClientParams {
+        &self.client.params
+    }
+
+    pub fn params_mut(&mut self) -> &mut ClientParams {
+        &mut self.client.params
+    }
+
+    /// Transaction status of the held server's last ReadyForQuery.
+    pub fn status(&self) -> u8 {
+        self.batch.status
+    }
+
+    /// The held server sent a FATAL error, already passed on.
+    pub fn server_fatal(&self) -> bool {
+        self.batch.server_fatal
+    }
+
+    /// The session ends for a reason of the pooler's: the server's close is not the FATAL's.
+    pub fn forget_server_fatal(&mut self) {
+        self.batch.server_fatal = false;
+    }
+
+    /// Starts holding server `srv` taken at `now` under `policy`. A reloaded mode applies
+    /// from this transaction on; tracking switches only while the client keeps no
+    /// statements, so none of its names is stranded.
+    pub fn hold(&mut self, srv: &ServerState, mut policy: Policy, now: Instant) {
+        if !self.statements.is_empty() {
+            policy.tracking = self.policy.tracking;
+        }
+        self.policy = policy;
+        self.clock.held_since = Some(now);
+        // The first request goes out right after: one clock read serves both.
+        self.clock.request_since = Some(now);
+        self.events.client_uses_server(self.id, srv.id);
+        if policy.has_timeouts() {
+            let marks = self.marks.get_or_insert_with(|| {
+                Box::new(timeouts::Marks {
+                    cancelled: None,
+                    quiet_since: now,
+                })
+            });
+            marks.cancelled = None;
+        } else {
+            self.marks = None;
+        }
+        self.spass = Pass::default();
+        self.batch.status = backend::TX_IDLE;
+        self.batch.release_due = false;
+        self.batch.clean = true;
+    }
+
+    /// The transaction is over and `srv` owes nothing more: it may go back to the pool now.
+    pub fn release_ready(&self, srv: &ServerState) -> bool {
+        self.batch.release_due
+            && srv.replies.is_empty()
+            && self.batch.status == backend::TX_IDLE
+            && !self.policy.is_session()
+            && self.client.cpass.is_idle()
+    }
+
+    /// Gives `srv` up at a transaction boundary; returns the clock read the transaction's
+    /// count used (the pool's check-in time).
+    pub fn release(&mut self, srv: &ServerState, io: &mut impl Io) -> Instant {
+        let now = self.count_transaction(io);
+        self.events.client_released_server(self.id, srv.id);
+        now
+    }
+
+    /// The end of every round: the clock read of its ReadyForQuery is stale from here on,
+    /// and the kept-statements gauge is brought up to date.
+    pub fn end_round(&mut self) {
+        self.clock.ready_at = None;
+        if self.policy.tracking {
+            self.count_kept();
+        }
+    }
+
+    /// The session ends holding `srv` (or none): counts what is left; returns whether `srv`
+    /// may go back to its pool (idle, in step, nothing unread).
+    pub fn finish(&mut self, srv: Option<&ServerState>, io: &mut impl Io) -> bool {
+        self.metrics.prepared.kept.sub(self.kept_counted as i64);
+        self.kept_counted = 0;
+        self.count_transaction(io);
+        let Some(srv) = srv else {
+            return false;
+        };
+        self.events.client_released_server(self.id, srv.id);
+        srv.replies.is_empty() && self.batch.status == backend::TX_IDLE && srv.rbuf.is_empty()
+    }
+
+    /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.
+    pub fn at_session_boundary(&self, srv: &ServerState) -> bool {
+        self.policy.is_session()
+            && self.batch.status == backend::TX_IDLE
+            && srv.replies.is_empty()
+            && self.client.cbuf.is_empty()
+            && self.client.cpass.is_idle()
+    }
+
+    /// Frees buffers while the client holds nothing, so idle clients stay small; a warm
+    /// session keeps those up to [`SHRINK_ABOVE`].
+    pub fn shrink(&mut self, warm: bool) {
+        let keep = if warm { SHRINK_ABOVE } else { 0 };
+        for buf in [&mut self.client.cbuf, &mut self.client.cout, &mut self.sout] {
+            if buf.capacity() > keep && buf.is_empty() && buf.capacity() > 0 {
+                *buf = BytesMut::new();
+            }
+        }
+    }
+
+    /// Counts the transaction that ends now; returns the clock read it used.
+    fn count_transaction(&mut self, io: &mut impl Io) -> Instant {
+        // A ReadyForQuery handled in this same round already read the clock.
+        let (now, took) = self
+            .clock
+            .ready_at
+            .take()
+            .unwrap_or_else(|| (io.now(), None));
+        if let Some(since) = self.clock.held_since.take() {
+            let m = &self.metrics.clients;
+            m.transactions.inc();
+            let took = took.unwrap_or_else(|| now.saturating_duration_since(since).as_secs_f64());
+            m.transaction_seconds.observe(took);
+        }
+        now
+    }
+
+    /// Brings the kept-statements gauge up to date with this session's count.
+    fn count_kept(&mut self) {
+        let now = self.statements.len();
+        if now != self.kept_counted {
+            let gauge = &self.metrics.prepared.kept;
+            gauge.add(now as i64 - self.kept_counted as i64);
+            self.kept_counted = now;
+        }
+    }
+
+    /// An answer of the pooler's own, kept in its place after what the server still owes.
+    fn answer(&mut self, srv: Option<&mut ServerState>, msg: Bytes) {
+        match srv {
+            Some(srv) if !srv.replies.is_empty() => {
+                let o = Owed::Synthetic(msg);
+                self.batch.retry.record_answer(&o);
+                srv.replies.push(o);
+            }
+            _ => self.client.cout.extend_from_slice(&msg),
+        }
+    }
+
+    /// Queues what `srv` owes for a message just written to it. One the server will ignore
+    /// (sent while it skips to Sync) is settled as skipped at once.
+    fn owe(&mut self, srv: &mut ServerState, o: Owed) {
+        if owe_on(srv, &mut self.statements, o) {
+            self.batch.release_due = false;
+        }
+    }
+
+    /// An ERROR answered by the pooler, after which the client's messages are skipped to Sync.
+    fn pooler_error(&mut self, srv: Option<&mut ServerState>, code: &str, message: String) {
+        self.metrics.pooler_error(code);
+        let mut m = BytesMut::new();
+        backend::error_response(&mut m, &error_fields(code, message));
+        self.answer(srv, m.freeze());
+        self.client.skipping = true;
+    }
+}
+
+/// Queues on `srv` what it owes for a message just written to it; one it will ignore (sent
+/// while it skips to Sync) is settled as skipped at once. Returns whether `srv` now owes
+/// anything (then it cannot go back to the pool before its next ReadyForQuery).
+fn owe_on(srv: &mut ServerState, statements: &mut ClientStatements, o: Owed) -> bool {
+    if let Some(ignored) = srv.replies.push(o) {
+        settle::settle(statements, &mut srv.statements, ignored, true);
+    }
+    !srv.replies.is_empty()
+}
+
+/// An ERROR (not FATAL) answered by the pooler itself; the session continues.
+pub fn error_fields(code: &str, message: String) -> backend::ErrorFields {
+    backend::ErrorFields {
+        severity: "ERROR".into(),
+        code: code.into(),
+        message,
+        detail: None,
+        hint: None,
+    }
+}

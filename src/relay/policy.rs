@@ -1,0 +1,102 @@
+//! The pooling policy of one checkout, decided once when a server is taken and read by the
+//! machine wherever the mode or tracking matter (instead of `mode != Session && track` at each
+//! use): a reloaded setting reaches the client's next transaction.
+
+use std::time::Duration;
+
+use crate::config::{Config, PoolMode};
+
+/// What a checkout's transaction may do and how the relay treats it. Small (every session
+/// carries one, idle ones too): limits as `u32`, timeouts in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub mode: PoolMode,
+    /// Named prepared statements are tracked (renamed, replayed where missing): pooled modes
+    /// with `pool.track_prepared`.
+    pub tracking: bool,
+    /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
+    /// `client.max_message_size`, `client.buffer_size` (see the accessors).
+    limits: [u32; 4],
+    timeouts_ms: [u32; 3],
+}
+
+/// A size as the policy keeps it, saturating at 4 GiB.
+fn small(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A duration in whole milliseconds, saturating at about 49 days.
+fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+impl Policy {
+    /// The policy for a pool in `mode` under `cfg`.
+    pub fn new(cfg: &Config, mode: PoolMode) -> Policy {
+        let p = &cfg.pool;
+        Policy {
+            mode,
+            tracking: p.track_prepared && mode != PoolMode::Session,
+            limits: [
+                small(p.max_prepared_statements),
+                small(p.max_client_prepared_statements),
+                small(cfg.client.max_message_size),
+                small(cfg.client.buffer_size),
+            ],
+            timeouts_ms: [
+                millis(p.query_timeout),
+                millis(p.idle_transaction_timeout),
+                millis(p.transaction_timeout),
+            ],
+        }
+    }
+
+    /// `pool.max_prepared_statements`: statements one server keeps for tracked clients.
+    pub fn max_prepared(&self) -> usize {
+        self.limits[0] as usize
+    }
+
+    /// `pool.max_client_prepared_statements`: statements one client may keep.
+    pub fn max_client_prepared(&self) -> usize {
+        self.limits[1] as usize
+    }
+
+    /// `client.max_message_size`: the largest message held whole.
+    pub fn max_message(&self) -> usize {
+        self.limits[2] as usize
+    }
+
+    /// `client.buffer_size`: how much is read at a time, and the size above which a message
+    /// that need not be held whole is passed on in pieces.
+    pub fn buffer(&self) -> usize {
+        self.limits[3] as usize
+    }
+
+    /// `pool.query_timeout` (zero: off).
+    pub fn query_timeout(&self) -> Duration {
+        Duration::from_millis(self.timeouts_ms[0].into())
+    }
+
+    /// `pool.idle_transaction_timeout` (zero: off).
+    pub fn idle_transaction_timeout(&self) -> Duration {
+        Duration::from_millis(self.timeouts_ms[1].into())
+    }
+
+    /// `pool.transaction_timeout` (zero: off).
+    pub fn transaction_timeout(&self) -> Duration {
+        Duration::from_millis(self.timeouts_ms[2].into())
+    }
+
+    /// Whether any of the pooler's own timeouts is on.
+    pub fn has_timeouts(&self) -> bool {
+        self.timeouts_ms != [0; 3]
+    }
+
+    pub fn is_session(&self) -> bool {
+        self.mode == PoolMode::Session
+    }
+
+    pub fn is_statement(&self) -> bool {
+        self.mode == PoolMode::Statement
+    }
+}
