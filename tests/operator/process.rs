@@ -88,7 +88,8 @@ struct Replica {
 async fn replica(client: &Client, ns: &str, id: &str) -> Replica {
     let opts = RunOptions {
         metrics_addr: "127.0.0.1:0".parse().expect("addr"),
-        namespace: Some(ns.into()),
+        namespaces: vec![ns.into()],
+        allow: support::allow(),
         lease: Some(lease(ns, id, Duration::from_secs(15))),
         instance: Some(id.into()),
     };
