@@ -12,4 +12,5 @@ mod production;
 mod rbac;
 mod reconcile;
 mod schema;
+mod security;
 mod support;
