@@ -6,6 +6,7 @@ mod budget;
 mod cloudnativepg;
 mod conditions;
 mod mock;
+mod namespaced;
 mod peers;
 mod process;
 mod production;

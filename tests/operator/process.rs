@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::{self, condition, eventually};
 
 /// A GET over a fresh connection: (status code, body).
-async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
