@@ -2,6 +2,7 @@
 //! plus a few mock-API tests (`mock`) for failures a real server cannot produce on demand.
 //! A separate test binary, so the pooler's `it` binary links no Kubernetes crates.
 
+mod admin_token;
 mod budget;
 mod cloudnativepg;
 mod conditions;
