@@ -62,6 +62,9 @@ def sidecar_container(fail, where, pod, image, name="droid-pool"):
         fail(f"{where}: the config must be mounted at /etc/droid-pool without subPath (hot reload)")
     if "/var/run/droid-pool/server" not in mounts:
         fail(f"{where}: the server password Secret is not at /var/run/droid-pool/server")
+    admin = mounts.get("/var/run/droid-pool/admin")
+    if not admin or not admin.get("readOnly") or "subPath" in admin:
+        fail(f"{where}: the admin Secret (token, mock-secret) is not mounted read-only at /var/run/droid-pool/admin")
     volumes = {v["name"] for v in pod.get("volumes", [])}
     if not {m["name"] for m in c.get("volumeMounts", [])} <= volumes:
         fail(f"{where}: the sidecar mounts volumes the pod does not have ({sorted(volumes)})")
@@ -86,9 +89,15 @@ def parent(fail, path, docs):
     sidecar_container(fail, path, template["spec"], default_image(fail), name="pooler")
     if template["metadata"]["labels"].get("droidpool.io/poolconfig") != "orders":
         fail(f"{path}: the pod has no droidpool.io/poolconfig label from droid-pool.sidecarPodLabels")
-    mounts = {m["mountPath"] for m in template["spec"]["initContainers"][0].get("volumeMounts", [])}
+    mounts = {m["mountPath"]: m["name"] for m in template["spec"]["initContainers"][0].get("volumeMounts", [])}
     if "/var/run/droid-pool/client-passwords" not in mounts:
         fail(f"{path}: clientPasswordsSecret given, but no client passwords mount")
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    admin = volumes.get(mounts.get("/var/run/droid-pool/admin"), {}).get("secret", {})
+    items = sorted(i["key"] for i in admin.get("items", []))
+    if admin.get("secretName") != "orders-admin" or items != ["mock-secret", "token"]:
+        fail(f"{path}: poolConfig orders given, but the admin volume is not Secret orders-admin's "
+             f"token and mock-secret: {admin}")
 
 
 NAME, INSTANCE, COMPONENT = (f"app.kubernetes.io/{k}" for k in ("name", "instance", "component"))

@@ -10,7 +10,13 @@
 #                  (PoolConfig against our CRD, NetworkChaos against Chaos Mesh's), the chart's
 #                  promises (scripts/check_packaging.py), every kind accounted for
 #   deploy/        kubectl kustomize of deploy/ and deploy/examples/, validated the same way;
-#                  deploy/operator/operator.yaml current (scripts/render-deploy.sh --check)
+#                  deploy/operator/operator.yaml and namespaced.yaml current
+#                  (scripts/render-deploy.sh --check)
+#   NetworkPolicy  every operator, operator-deployed pooler and sidecar pod we ship (chart
+#                  renders, deploy/, tests/kind) is selected by a policy admitting only its
+#                  ports from narrow peers: 6432 from clients, 9127 from Prometheus and the
+#                  operator, the operator's metrics from Prometheus (check_packaging.py netpol);
+#                  a render without policies must fail the check
 #   Pod Security   every pod template we ship (chart renders, kustomize outputs, the game day's
 #                  Job) against the restricted profile (check_packaging.py restricted); the
 #                  1.20 API server below has no Pod Security admission to do it
@@ -155,6 +161,16 @@ refuse "serviceAccount.name is required" --set serviceAccount.create=false
 refuse "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
 refuse "/tests/attempts" --set tests.attempts=0
 refuse "tests.user is required" --set pooler.enabled=true --set pooler.spec.server.user=null
+refuse "/operator/scope" --set operator.scope=everywhere
+refuse "podSelector" --set pooler.enabled=true --set networkPolicy.clients.podSelector=null
+refuse "/operator/allowedImages" --set 'operator.allowedImages={a b}'
+
+section "NetworkPolicies (chart: checked with the chart's promises above; the check can tell)"
+"$HELM" template droid-pool "$CHART" --namespace droid-pool-system -f "$CHART/ci/pooler-values.yaml" \
+  -f "$CHART/ci/sidecar-example-values.yaml" --set networkPolicy.enabled=false >"$OUT/networkpolicy-off.yaml" \
+  || die "helm template (networkPolicy.enabled=false)"
+"$PY" scripts/check_packaging.py netpol --expect-failure "$OUT/networkpolicy-off.yaml" \
+  || die "the NetworkPolicy check passed a render without policies"
 
 # --- deploy/ (kustomize) -------------------------------------------------------
 section "deploy/ (kubectl kustomize)"
@@ -166,7 +182,7 @@ grep -q "kind: PoolConfig" "$OUT/kustomize/examples.yaml" || die "deploy/example
 # Every example file on its own too, also those the kustomization does not list.
 examples=()
 for f in deploy/examples/*.yaml deploy/operator/*.yaml; do
-  [[ $(basename "$f") == kustomization.yaml || $f == deploy/operator/values.yaml ]] || examples+=("$f")
+  [[ $(basename "$f") == kustomization.yaml || $f == deploy/operator/*values.yaml ]] || examples+=("$f")
 done
 validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
@@ -174,6 +190,11 @@ validate_manifests "${examples[@]}"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
 "$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
   || die "deploy/ or tests/kind/manifests breaks the restricted profile"
+"$PY" scripts/check_packaging.py restricted deploy/operator/namespaced.yaml \
+  || die "deploy/operator/namespaced.yaml breaks the restricted profile"
+# The operator's and the poolers' NetworkPolicies, in each install without Helm.
+"$PY" scripts/check_packaging.py netpol "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
+  deploy/operator/namespaced.yaml || die "a NetworkPolicy of deploy/ or tests/kind/manifests"
 
 # --- what the operator renders --------------------------------------------------
 # `droid-pool-operator render` prints the objects the operator would write for a PoolConfig
@@ -188,7 +209,11 @@ rendered=()
 for src in "$OUT"/chart/*.yaml "$OUT"/kustomize/{examples,kind-e2e}.yaml deploy/examples/*.yaml; do
   grep -q "^kind: PoolConfig" "$src" || continue
   out="$OUT/operator/$(basename "$(dirname "$src")")-$(basename "$src")"
-  "$OPERATOR" render --poolers 3 "$src" >"$out" || die "droid-pool-operator render $src"
+  # The operator's default allowlist; tests/kind runs the chart with its image droid-pool:e2e,
+  # which the chart's allowlist (its own image) then names.
+  allow=()
+  [[ $src == */kind-e2e.yaml ]] && allow=(--allowed-images droid-pool:e2e)
+  "$OPERATOR" render --poolers 3 "${allow[@]}" "$src" >"$out" || die "droid-pool-operator render $src"
   grep -q "^kind: Deployment" "$out" || grep -q "^kind: ConfigMap" "$out" || die "nothing rendered for $src"
   rendered+=("$out")
 done
@@ -264,7 +289,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py \
+  tests/kind/prepared_checks.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"

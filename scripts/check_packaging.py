@@ -9,6 +9,9 @@
                                             test Pod (through the pooler, else /readyz)
   check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
                                             used from another chart, its defaults (image)
+  check_packaging.py netpol FILE...         the NetworkPolicies of the operator, its poolers and
+                                            sidecar pods in FILEs (netpol_check.py); with
+                                            --expect-failure: FILEs must fail (the check can tell)
   check_packaging.py chaos FILE...          the game-day NetworkChaos: partition, to, 20s
   check_packaging.py extract FILE OUTDIR    the NetworkPolicy and script inside the Job's ConfigMap
   check_packaging.py can-i                   the operator's permissions as "yes|no NAMESPACE VERB
@@ -34,6 +37,7 @@ import yaml
 
 import chart_pods
 import check_monitoring
+import netpol_check
 import pod_security
 
 # apiVersions whose kinds kubernetes-validate has schemas for (built into Kubernetes 1.29).
@@ -134,16 +138,37 @@ def check_operator(where, docs):
         fail(f"{where}: operator container is not locked down: {sc}")
 
 
+def watched(docs):
+    """The operator's WATCH_NAMESPACE as a list (empty: every namespace), from its Deployment."""
+    for d in docs:
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator"):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                for e in c.get("env", []):
+                    if e["name"] == "WATCH_NAMESPACE":
+                        return [n for n in e.get("value", "").split(",") if n]
+    return []
+
+
 def check_rbac(where, docs):
-    # The operator's rules are a ClusterRole, or a Role when it watches one namespace.
+    # The operator's rules are a ClusterRole, or (namespace scope) a Role in each watched
+    # namespace and nothing cluster-wide.
     crs = [d for d in docs if d["kind"] == "ClusterRole"]
     leases = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
     scoped = [d for d in docs if d["kind"] == "Role" and d not in leases]
     ops = crs + scoped
     operator_rules, lease_rules = reference_rules()
-    if len(ops) != 1 or normalized(rules_of(ops[0])) != operator_rules:
-        fail(f"{where}: the operator's role differs from {CLUSTERROLE}: "
-             f"{[rules_of(c) for c in ops]}")
+    namespaces = watched(docs)
+    has_operator = any(d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator") for d in docs)
+    if namespaces:
+        if crs or sorted(d["metadata"].get("namespace") for d in scoped) != sorted(namespaces):
+            fail(f"{where}: watching {namespaces}, want one Role in each and no ClusterRole; got "
+                 f"{[(d['kind'], d['metadata'].get('namespace')) for d in ops]}")
+    elif has_operator and (len(crs) != 1 or scoped):
+        fail(f"{where}: watching every namespace, want one ClusterRole and no Role; got "
+             f"{[(d['kind'], d['metadata'].get('namespace')) for d in ops]}")
+    for op in ops:
+        if normalized(rules_of(op)) != operator_rules:
+            fail(f"{where}: the operator's {op['kind']} differs from {CLUSTERROLE}: {rules_of(op)}")
     if len(leases) != 1 or normalized(rules_of(leases[0])) != lease_rules:
         fail(f"{where}: the leader-election Role differs from {CLUSTERROLE}: {[rules_of(r) for r in leases]}")
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
@@ -209,8 +234,31 @@ def chart(render_dir):
         check_monitors(where, docs)
         chart_pods.pod_labels(fail, where, docs)
         chart_pods.test_hook(fail, where, docs)
+        if "networkpolicy-off" not in name:
+            netpol_check.check(fail, where, docs, prometheus_peer())
         if name.startswith("default") and not has_operator:
             fail(f"{where}: the default values render no operator")
+
+
+def prometheus_peer():
+    """The Prometheus peer of the chart's default values."""
+    with open(CHART_DIR + "/values.yaml") as f:
+        return yaml.safe_load(f)["networkPolicy"]["prometheus"]
+
+
+def netpol(files):
+    expect_failure = files[:1] == ["--expect-failure"]
+    files = files[1:] if expect_failure else files
+    before = len(failures)
+    for path in files:
+        netpol_check.check(fail, path, load(path), prometheus_peer())
+    if expect_failure:
+        found = failures[before:]
+        del failures[before:]
+        if not found:
+            fail(f"netpol: {files} passed, but must fail (the check cannot tell?)")
+        else:
+            print(f"NOTE  netpol refuses {files} as it must: {found[0]}")
 
 
 def chaos(files):
@@ -324,6 +372,7 @@ def can_i():
 def main(argv):
     cmd, args = argv[1], argv[2:]
     {"kinds": lambda: kinds(args[0], args[1:]), "chart": lambda: chart(args[0]), "chaos": lambda: chaos(args),
+     "netpol": lambda: netpol(args),
      "extract": lambda: extract(args[0], args[1]),
      "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
      "restricted": lambda: restricted(args), "parent": lambda: chart_pods.parent(fail, args[0], load(args[0])),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use droid_pool::operator::leader::LeaseConfig;
+use droid_pool::operator::policy::Allowlist;
 use droid_pool::operator::run::{run, RunOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +28,8 @@ enum Command {
     /// Print the PoolConfig CustomResourceDefinition as YAML.
     Crd,
     /// Print the objects the operator would write for the PoolConfigs in FILE (YAML, several
-    /// documents allowed; other kinds are skipped), without a cluster.
+    /// documents allowed; other kinds are skipped), without a cluster. A PoolConfig the
+    /// allowlists refuse is an error, as the operator would refuse it.
     Render {
         /// A file of PoolConfigs (`-`: standard input).
         file: std::path::PathBuf,
@@ -49,9 +51,32 @@ struct RunArgs {
         global = true
     )]
     metrics_addr: SocketAddr,
-    /// Watch PoolConfigs in this namespace only (default: all namespaces).
-    #[arg(long, env = "WATCH_NAMESPACE", global = true)]
-    namespace: Option<String>,
+    /// Watch PoolConfigs in these namespaces only, comma-separated (default: all namespaces).
+    /// Each is watched through namespaced APIs: a Role and RoleBinding in each is all the
+    /// RBAC this needs (no ClusterRole).
+    #[arg(
+        long = "namespaces",
+        alias = "namespace",
+        env = "WATCH_NAMESPACE",
+        value_delimiter = ',',
+        global = true
+    )]
+    namespaces: Vec<String>,
+    /// Images a PoolConfig's deployment target may run, comma-separated; `*` matches any
+    /// characters (default: the operator's own repository,
+    /// ghcr.io/droid-pool/droid-pool:* and @*).
+    #[arg(long, env = "ALLOWED_IMAGES", value_delimiter = ',', global = true)]
+    allowed_images: Vec<String>,
+    /// ServiceAccounts a PoolConfig may run its poolers as (`podTemplate.serviceAccountName`),
+    /// comma-separated NAME or NAMESPACE/NAME patterns with `*` (default: none; unset, the
+    /// operator makes each PoolConfig a ServiceAccount without an API token).
+    #[arg(
+        long,
+        env = "ALLOWED_SERVICE_ACCOUNTS",
+        value_delimiter = ',',
+        global = true
+    )]
+    allowed_service_accounts: Vec<String>,
     /// Namespace of the leader Lease (default: the kubeconfig's namespace).
     #[arg(long, env = "POD_NAMESPACE", global = true)]
     lease_namespace: Option<String>,
@@ -82,7 +107,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Some(Command::Render { file, poolers }) => match render_file(&file, poolers) {
+        Some(Command::Render { file, poolers }) => match render_file(&file, poolers, &cli.run) {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
@@ -98,8 +123,9 @@ fn main() -> ExitCode {
 
 /// The objects for every PoolConfig in `file`, as YAML documents. A PoolConfig read from a
 /// file has no uid or namespace yet: placeholders stand in (the owner reference needs one).
-fn render_file(file: &std::path::Path, poolers: u32) -> anyhow::Result<String> {
+fn render_file(file: &std::path::Path, poolers: u32, args: &RunArgs) -> anyhow::Result<String> {
     use serde::Deserialize;
+    let allow = allowlist(args)?;
     let text = if file == std::path::Path::new("-") {
         std::io::read_to_string(std::io::stdin())?
     } else {
@@ -118,6 +144,9 @@ fn render_file(file: &std::path::Path, poolers: u32) -> anyhow::Result<String> {
         pc.metadata
             .uid
             .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+        if let Err(refused) = allow.check(&pc) {
+            anyhow::bail!("{}: {}", refused.reason, refused.message);
+        }
         for obj in droid_pool::operator::render::preview(&pc, poolers)? {
             out.push_str("---\n");
             out.push_str(&serde_yaml::to_string(&obj)?);
@@ -162,12 +191,30 @@ async fn controller(args: RunArgs) -> anyhow::Result<()> {
     spawn_signal_handler(shutdown.clone())?;
     let opts = RunOptions {
         metrics_addr: args.metrics_addr,
-        namespace: args.namespace,
+        namespaces: namespaces(&args.namespaces),
+        allow: allowlist(&args)?,
         lease,
         instance: Some(identity),
     };
     run(client, opts, shutdown, |_| {}).await?;
     Ok(())
+}
+
+/// The namespaces given, without blanks (an empty `WATCH_NAMESPACE` means every namespace).
+fn namespaces(given: &[String]) -> Vec<String> {
+    given
+        .iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+fn allowlist(args: &RunArgs) -> anyhow::Result<Allowlist> {
+    let clean = |v: &[String]| -> Vec<String> { namespaces(v) };
+    Ok(Allowlist::new(
+        &clean(&args.allowed_images),
+        &clean(&args.allowed_service_accounts),
+    )?)
 }
 
 /// SIGTERM or SIGINT cancels the token: the controller drains its work and releases the Lease.

@@ -17,7 +17,8 @@ pub use failover::{
 };
 pub use secret::Secret;
 pub use shared_pooler::{
-    PeerConfig, UserConfig, CAPABILITIES, MAX_PEER_ID, READS_MAX_DB_CONNECTIONS,
+    PeerConfig, UserConfig, CAPABILITIES, MAX_PEER_ID, READS_ADMIN_TOKEN_FILE,
+    READS_MAX_DB_CONNECTIONS, READS_MOCK_SECRET_FILE,
 };
 pub use tls::{ClientTlsConfig, ClientTlsMode, ServerTlsConfig, SslMode, TlsConfig};
 

@@ -10,12 +10,20 @@ pub const MAX_PEER_ID: u16 = 16_383;
 
 /// A pooler that reads `pool.max_db_connections` lists this among its `CAPABILITIES`.
 pub const READS_MAX_DB_CONNECTIONS: &str = "pool.max_db_connections";
+/// A pooler that reads `admin.token_file` lists this among its `CAPABILITIES`.
+pub const READS_ADMIN_TOKEN_FILE: &str = "admin.token_file";
+/// A pooler that reads `auth.mock_secret_file` lists this among its `CAPABILITIES`.
+pub const READS_MOCK_SECRET_FILE: &str = "auth.mock_secret_file";
 
 /// The settings this pooler reads that a 0.1.0 pooler refuses, which the operator needs to
 /// know of before it writes them for a PoolConfig field 0.1.0 already had (a budget): `/status`
 /// lists them under `capabilities`. A 0.1.0 pooler lists nothing, so a setting goes into a
 /// shared file only once every running pooler names it here.
-pub const CAPABILITIES: &[&str] = &[READS_MAX_DB_CONNECTIONS];
+pub const CAPABILITIES: &[&str] = &[
+    READS_MAX_DB_CONNECTIONS,
+    READS_ADMIN_TOKEN_FILE,
+    READS_MOCK_SECRET_FILE,
+];
 
 /// Overrides for one user's pools; unset fields take the `pool` value.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -3,11 +3,16 @@
 //! `status.phase` to "Switchover in progress" or "Failing over" meanwhile). Read as a dynamic
 //! object, so the operator needs neither CloudNativePG's types nor its CRD to be installed.
 
+use std::time::Duration;
+
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::Client;
 
 use super::crd::PoolConfig;
+use super::reconcile::{Context, Error};
+use super::render;
+use super::status::{Verdict, SWITCHOVER};
 
 /// `postgresql.cnpg.io/v1`, kind `Cluster`.
 pub fn cluster_resource() -> ApiResource {
@@ -82,6 +87,57 @@ pub fn referrers(
         })
         .map(|pc| kube::runtime::reflector::ObjectRef::from_obj(pc.as_ref()))
         .collect()
+}
+
+/// How often a PoolConfig that follows a CloudNativePG Cluster looks at it, watch or not.
+pub(super) const CNPG_POLL: Duration = Duration::from_secs(5);
+
+/// The render facts and the `Switchover` condition of a PoolConfig that follows a
+/// CloudNativePG Cluster (none for the others). The pools are held while the Cluster's
+/// `status.targetPrimary` differs from its `status.currentPrimary`; the poolers stay ready.
+pub(super) async fn cloud_native_pg(
+    pc: &PoolConfig,
+    ctx: &Context,
+    ns: &str,
+) -> Result<(render::Facts, Option<Verdict>), Error> {
+    let Some(r) = &pc.spec.server.cloud_native_pg else {
+        return Ok((render::Facts::default(), None));
+    };
+    let name = &r.cluster;
+    let Some(state) = cluster(&ctx.client, ns, name).await? else {
+        let msg = format!("no CloudNativePG Cluster {name} in {ns}: pools not held");
+        return Ok((
+            render::Facts::default(),
+            Some(Verdict::new(SWITCHOVER, false, "ClusterNotFound", msg)),
+        ));
+    };
+    let primary = |p: &Option<String>| p.clone().unwrap_or_else(|| "?".into());
+    let facts = render::Facts {
+        switchover: state.switching(),
+        ..render::Facts::default()
+    };
+    let verdict = if facts.switchover {
+        let hold = pc
+            .spec
+            .failover
+            .as_ref()
+            .and_then(|f| f.hold_timeout.clone())
+            .unwrap_or_else(|| format!("{}s", render::CNPG_HOLD.as_secs()));
+        let msg = format!(
+            "Cluster {name}: primary {} -> {} ({}); transactions wait up to {hold} for it",
+            primary(&state.current_primary),
+            primary(&state.target_primary),
+            state.phase.as_deref().unwrap_or("no phase"),
+        );
+        Verdict::new(SWITCHOVER, true, "SwitchoverInProgress", msg)
+    } else {
+        let msg = format!(
+            "Cluster {name}: primary {}",
+            primary(&state.current_primary)
+        );
+        Verdict::new(SWITCHOVER, false, "Stable", msg)
+    };
+    Ok((facts, Some(verdict)))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The controller's wiring: which watches trigger a reconciliation (PoolConfigs, the
-//! ConfigMaps and Deployments they own, and the pods their sidecar selectors count) and the
-//! graceful shutdown that lets reconciliations in flight finish.
+//! ConfigMaps and Deployments they own, and the pods their sidecar selectors count), over
+//! every namespace or only listed ones (each watched through namespaced APIs, so Roles in
+//! those namespaces are all the RBAC it needs), and the graceful shutdown that lets
+//! reconciliations in flight finish.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::crd::{PoolConfig, Target};
 use super::metrics::Metrics;
 use super::observe;
+use super::policy::Allowlist;
 use super::reconcile::{error_policy, reconcile, Context};
 
 /// The controller's name in Events (`reportingController`) and logs.
@@ -41,6 +44,7 @@ pub async fn context(
     client: Client,
     metrics: Arc<Metrics>,
     instance: Option<String>,
+    allow: Allowlist,
 ) -> Result<Arc<Context>, kube::Error> {
     let pdb = observe::pdb_resource(&client).await?;
     tracing::info!(api_version = %pdb.api_version, "PodDisruptionBudget API");
@@ -51,7 +55,9 @@ pub async fn context(
             instance,
         },
     );
-    Ok(Arc::new(Context::new(client, recorder, metrics, pdb)))
+    Ok(Arc::new(Context::new(
+        client, recorder, metrics, pdb, allow,
+    )))
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -66,6 +72,18 @@ where
 
 /// How long in-flight reconciliations may run after shutdown before they are dropped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs the controller over `namespaces` (every namespace when empty): one controller per
+/// listed namespace, side by side, sharing the context. Until `shutdown`, as [`run`].
+pub async fn run_scoped(ctx: Arc<Context>, namespaces: &[String], shutdown: CancellationToken) {
+    if namespaces.is_empty() {
+        return run(ctx, None, shutdown).await;
+    }
+    let each = namespaces
+        .iter()
+        .map(|ns| run(ctx.clone(), Some(ns.as_str()), shutdown.clone()));
+    futures_util::future::join_all(each).await;
+}
 
 /// Runs the controller over `namespace` (all when `None`) until `shutdown` is cancelled; then
 /// it stops taking new work and waits (up to `SHUTDOWN_GRACE`) for reconciliations in flight.
@@ -98,14 +116,17 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
-            // A deleted PoolConfig is never reconciled again: drop its condition series.
+            // A deleted PoolConfig is never reconciled again: drop its condition series (only
+            // this controller's: another namespace's controller keeps its own).
             let live: std::collections::HashSet<(String, String)> = store
                 .state()
                 .iter()
                 .map(|pc| (pc.namespace().unwrap_or_default(), pc.name_any()))
                 .collect();
-            ctx.metrics
-                .retain_poolconfigs(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+            ctx.metrics.retain_poolconfigs(|ns, name| {
+                namespace.is_some_and(|mine| mine != ns)
+                    || live.contains(&(ns.to_owned(), name.to_owned()))
+            });
             async move {
                 match result {
                     Ok((obj, _)) => tracing::debug!(poolconfig = %obj, "reconciled"),
@@ -127,7 +148,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, shutdown: Cancellat
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "reconciliations still running; dropping them");
         } => {}
     }
-    tracing::info!("controller stopped");
+    tracing::info!(namespace = namespace.unwrap_or("*"), "controller stopped");
 }
 
 /// Where the CloudNativePG `Cluster` API is served, a change of a Cluster (its status during a

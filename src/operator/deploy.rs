@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use super::claim::owned_by;
 use super::crd::{DeploymentTarget, PoolConfig};
-use super::reconcile::{event, Context, Error, FIELD_MANAGER};
+use super::publish::event;
+use super::reconcile::{Context, Error, FIELD_MANAGER};
 use super::render::{self, Rendered};
 use super::status::{Verdict, READY};
 

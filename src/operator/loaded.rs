@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::render::{Readers, ADMIN_PORT};
+use super::render::{mounts_admin_secret, Readers, ADMIN_PORT};
+use crate::config::Secret;
 
 /// How long one pooler may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,12 +53,25 @@ pub struct Reports {
     failing: usize,
 }
 
+/// The admin Secret's name and token: sent as `Authorization: Bearer` to the pods that mount
+/// that Secret.
+pub type Credential<'a> = Option<(&'a str, &'a Secret)>;
+
 impl Reports {
     /// Asks the running pods among `pods`, and looks at the others' pooler containers.
-    pub async fn ask(pods: &[Pod]) -> Reports {
+    pub async fn ask(pods: &[Pod], admin: Credential<'_>) -> Reports {
         let failing = pods.iter().filter(|p| failing(p)).count();
-        let answers = stream::iter(pods.iter().filter_map(target))
-            .map(|(ip, port)| async move { status(&ip, port).await })
+        let asks = pods.iter().filter_map(|p| {
+            let token = admin
+                .filter(|(name, _)| mounts_admin_secret(p, name))
+                .map(|(_, t)| t.expose().to_owned());
+            target(p).map(|(ip, port)| (ip, port, token))
+        });
+        // Owned items: a borrowed token in the stream makes the reconcile future not `Send`
+        // for every lifetime, as the controller needs.
+        let asks: Vec<(String, u16, Option<String>)> = asks.collect();
+        let answers = stream::iter(asks)
+            .map(|(ip, port, token)| async move { status(&ip, port, token.as_deref()).await })
             .buffer_unordered(PARALLEL)
             .collect()
             .await;
@@ -156,7 +170,7 @@ fn admin_named(p: &k8s_openapi::api::core::v1::ContainerPort) -> bool {
 }
 
 /// One pooler's `/status`; `None` if it cannot be asked.
-async fn status(ip: &str, port: u16) -> Option<Report> {
+async fn status(ip: &str, port: u16, token: Option<&str>) -> Option<Report> {
     let host = if ip.contains(':') {
         format!("[{ip}]")
     } else {
@@ -164,8 +178,10 @@ async fn status(ip: &str, port: u16) -> Option<Report> {
     };
     let ask = async {
         let mut s = TcpStream::connect((ip, port)).await.ok()?;
-        let req =
-            format!("GET /status HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
+        let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+        let req = format!(
+            "GET /status HTTP/1.0\r\nHost: {host}:{port}\r\n{auth}Connection: close\r\n\r\n"
+        );
         s.write_all(req.as_bytes()).await.ok()?;
         let mut answer = Vec::new();
         s.take(MAX_ANSWER).read_to_end(&mut answer).await.ok()?;
@@ -259,6 +275,51 @@ mod tests {
         assert!(!failing(&pod(0, creating, false)));
         assert!(!failing(&pod(3, running, false)));
         assert!(!failing(&pod(3, backoff, true)));
+    }
+
+    /// The token goes to a pod that mounts the admin Secret, and to no other.
+    #[tokio::test]
+    async fn the_token_goes_only_to_pods_that_mount_the_admin_secret() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for _ in 0..2 {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap();
+                heads.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let body = b"{\"config_hash\":\"h\"}";
+                let head = "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n";
+                s.write_all(head.as_bytes()).await.unwrap();
+                s.write_all(body).await.unwrap();
+            }
+            heads
+        });
+        let pod = |mounted: bool| -> Pod {
+            let volume = if mounted {
+                serde_json::json!([{"name": "a", "secret": {"secretName": "w-admin"}}])
+            } else {
+                serde_json::json!([])
+            };
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c",
+                    "ports": [{"name": "pooler-admin", "containerPort": port}],
+                    "volumeMounts": [{"name": "a", "mountPath": crate::operator::render::ADMIN_DIR}]}],
+                    "volumes": volume},
+                "status": {"phase": "Running", "podIP": "127.0.0.1"}
+            }))
+            .unwrap()
+        };
+        let token = Secret::new("t".repeat(64));
+        let r = Reports::ask(&[pod(true)], Some(("w-admin", &token))).await;
+        assert_eq!(r.loaded("h").current, 1);
+        Reports::ask(&[pod(false)], Some(("w-admin", &token))).await;
+        let heads = seen.await.unwrap();
+        let bearer = format!("Authorization: Bearer {}\r\n", "t".repeat(64));
+        assert!(heads[0].contains(&bearer), "{}", heads[0]);
+        assert!(!heads[1].contains("Authorization"), "{}", heads[1]);
     }
 
     #[test]

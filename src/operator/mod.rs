@@ -2,6 +2,7 @@
 //! ConfigMap that sidecars mount) and, for the deployment target, into a Deployment, Service
 //! and PodDisruptionBudget of poolers. Shares only `config` types with the rest of the crate.
 
+mod admin_secret;
 mod claim;
 pub mod cnpg;
 pub mod controller;
@@ -11,10 +12,13 @@ pub mod leader;
 mod loaded;
 pub mod metrics;
 pub mod observe;
+pub mod policy;
+mod publish;
 pub mod reconcile;
 pub mod render;
 pub mod run;
 pub mod status;
+mod verdicts;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

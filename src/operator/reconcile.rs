@@ -8,24 +8,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Client, ResourceExt};
 use thiserror::Error;
 
+use super::admin_secret::{self, AdminSecret};
 use super::claim;
-use super::crd::{BudgetScope, PoolConfig, PoolConfigStatus, Target};
+use super::cnpg::{cloud_native_pg, CNPG_POLL};
+use super::crd::{BudgetScope, PoolConfig, Target};
 use super::deploy::{self, apply};
 use super::loaded::Reports;
 use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
+use super::policy::Allowlist;
+use super::publish::{event, not_rendered, publish};
 use super::render::{self, Rendered};
-use super::status::{
-    self, Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED, SWITCHOVER,
-};
+use super::status::{Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED};
+use super::verdicts::{self, loaded_verdict, rendered_verdicts};
+use crate::config::{READS_ADMIN_TOKEN_FILE, READS_MAX_DB_CONNECTIONS, READS_MOCK_SECRET_FILE};
 
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "droid-pool-operator";
@@ -80,6 +83,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The PodDisruptionBudget API this server serves.
     pub pdb: ApiResource,
+    /// The images and ServiceAccounts PoolConfigs may name.
+    pub allow: Allowlist,
     /// Consecutive failures per PoolConfig, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -90,12 +95,14 @@ impl Context {
         recorder: Recorder,
         metrics: Arc<Metrics>,
         pdb: ApiResource,
+        allow: Allowlist,
     ) -> Self {
         Context {
             client,
             recorder,
             metrics,
             pdb,
+            allow,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -165,29 +172,20 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     let (Some(ns), Some(_)) = (pc.namespace(), pc.uid()) else {
         return Err(Error::Unstored(pc.name_any()));
     };
-    let poolers = match observe::poolers(&ctx.client, &ns, pc).await {
-        Ok(n) => n,
-        Err(ObserveError::Selector(m)) => return not_rendered(pc, ctx, "InvalidSpec", m).await,
-        Err(ObserveError::Kube(e)) => return Err(e.into()),
+    let seen = match observe_all(pc, ctx, &ns).await? {
+        Ok(seen) => seen,
+        Err(stop) => {
+            not_rendered(pc, ctx, stop.reason, stop.message).await?;
+            return Ok(stop
+                .retry
+                .map_or_else(Action::await_change, Action::requeue));
+        }
     };
-    if let Some(missing) = observe::missing_secret(&ctx.client, &ns, pc).await? {
-        not_rendered(pc, ctx, "SecretNotFound", missing.message).await?;
-        return Ok(Action::requeue(SECRET_RETRY));
-    }
-    let peers = observe::peer_pods(&poolers.pods);
-    let (mut facts, switchover) = cloud_native_pg(pc, ctx, &ns).await?;
-    let reports = Reports::ask(&poolers.pods).await;
-    let readers = reports.readers(crate::config::READS_MAX_DB_CONNECTIONS);
-    let written = pc.status.as_ref().and_then(|s| s.budget_scope) == Some(BudgetScope::Database);
-    facts.db_limit_readable = readers.all_read(written);
-    let rendered = match render::render_observed(&pc.spec, poolers.count, facts, &peers) {
+    let peers = observe::peer_pods(&seen.poolers.pods);
+    let rendered = match render::render_observed(&pc.spec, seen.poolers.count, seen.facts, &peers) {
         Ok(r) => r,
         Err(e) => return not_rendered(pc, ctx, "InvalidSpec", e.to_string()).await,
     };
-    if let Some(conflict) = claim::first_conflict(pc, ctx, &ns).await? {
-        not_rendered(pc, ctx, "NameConflict", conflict.to_string()).await?;
-        return Ok(Action::requeue(CONFLICT_RETRY));
-    }
     let cm_name = config_map_name(pc);
     let cm = render::config_map(pc, &cm_name, &rendered).ok_or(Error::Unstored(pc.name_any()))?;
     apply(
@@ -210,15 +208,120 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
                     ),
                 )
             } else {
-                loaded_verdict(None, &reports, &rendered.hash, &cm_name)
+                loaded_verdict(None, &seen.reports, &rendered.hash, &cm_name)
             }
         }
         Target::Deployment(t) => {
             let rollout = deploy::deploy(pc, ctx, &ns, t, &cm_name, &rendered).await?;
-            loaded_verdict(Some(rollout), &reports, &rendered.hash, &cm_name)
+            loaded_verdict(Some(rollout), &seen.reports, &rendered.hash, &cm_name)
         }
     };
-    let (rendered_v, degraded) = rendered_verdicts(&rendered, &readers);
+    finish(pc, ctx, &rendered, ready, seen).await
+}
+
+/// What a reconciliation found before it renders.
+struct Observed {
+    poolers: observe::Poolers,
+    facts: render::Facts,
+    switchover: Option<Verdict>,
+    reports: Reports,
+    /// Which running poolers read `pool.max_db_connections`.
+    readers: render::Readers,
+    /// Where the admin token is, or why the config does not point at it yet.
+    admin: String,
+}
+
+/// A problem only a human can fix, found before anything is applied, and when to look again
+/// (`None`: at the PoolConfig's next change).
+struct Stop {
+    reason: &'static str,
+    message: String,
+    retry: Option<Duration>,
+}
+
+impl Stop {
+    fn new(reason: &'static str, message: String, retry: Option<Duration>) -> Self {
+        Stop {
+            reason,
+            message,
+            retry,
+        }
+    }
+}
+
+/// Everything read before rendering, in the order a refusal must come: names and the
+/// allowlist before anything is read for the PoolConfig; the Secrets it names and the names
+/// of what it would write before anything is created; then the admin Secret (made here the
+/// first time), the CloudNativePG Cluster and the poolers' own reports.
+async fn observe_all(
+    pc: &PoolConfig,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Result<Observed, Stop>, Error> {
+    if let Err(e) = render::check_names(&pc.spec) {
+        return Ok(Err(Stop::new("InvalidSpec", e.to_string(), None)));
+    }
+    if let Err(r) = ctx.allow.check(pc) {
+        return Ok(Err(Stop::new(r.reason, r.message, None)));
+    }
+    let poolers = match observe::poolers(&ctx.client, ns, pc).await {
+        Ok(n) => n,
+        Err(ObserveError::Selector(m)) => return Ok(Err(Stop::new("InvalidSpec", m, None))),
+        Err(ObserveError::Kube(e)) => return Err(e.into()),
+    };
+    if let Some(missing) = observe::missing_secret(&ctx.client, ns, pc).await? {
+        let stop = Stop::new("SecretNotFound", missing.message, Some(SECRET_RETRY));
+        return Ok(Err(stop));
+    }
+    if let Some(conflict) = claim::first_conflict(pc, ctx, ns).await? {
+        let stop = Stop::new("NameConflict", conflict.to_string(), Some(CONFLICT_RETRY));
+        return Ok(Err(stop));
+    }
+    let secret = render::admin_secret_name(pc);
+    let token = match admin_secret::ensure(&ctx.client, ns, pc).await? {
+        AdminSecret::Ready { token } => token,
+        AdminSecret::Conflict(c) => {
+            let stop = Stop::new("NameConflict", c.to_string(), Some(CONFLICT_RETRY));
+            return Ok(Err(stop));
+        }
+        AdminSecret::Invalid(m) => {
+            return Ok(Err(Stop::new("AdminSecretInvalid", m, Some(SECRET_RETRY))))
+        }
+    };
+    let (mut facts, switchover) = cloud_native_pg(pc, ctx, ns).await?;
+    let reports = Reports::ask(&poolers.pods, Some((&secret, &token))).await;
+    let readers = reports.readers(READS_MAX_DB_CONNECTIONS);
+    let status = pc.status.as_ref();
+    let written = status.and_then(|s| s.budget_scope) == Some(BudgetScope::Database);
+    facts.db_limit_readable = readers.all_read(written);
+    let pods = poolers.pods.iter();
+    let unmounted = pods
+        .filter(|p| !render::mounts_admin_secret(p, &secret))
+        .count();
+    let admin_readers =
+        [READS_ADMIN_TOKEN_FILE, READS_MOCK_SECRET_FILE].map(|s| reports.readers(s));
+    let written = status.and_then(|s| s.admin_token_secret.as_ref()).is_some();
+    facts.admin_files = verdicts::admin_files(unmounted, &admin_readers, written);
+    let admin = verdicts::admin_note(facts.admin_files, &secret, unmounted, &admin_readers[0]);
+    Ok(Ok(Observed {
+        poolers,
+        facts,
+        switchover,
+        reports,
+        readers,
+        admin,
+    }))
+}
+
+/// Publishes the status and Events of a config that was applied; the next look's delay.
+async fn finish(
+    pc: &PoolConfig,
+    ctx: &Context,
+    rendered: &Rendered,
+    ready: Verdict,
+    seen: Observed,
+) -> Result<Action, Error> {
+    let (rendered_v, degraded) = rendered_verdicts(rendered, &seen.readers, &seen.admin);
     let changed = pc.status.as_ref().and_then(|s| s.config_hash.as_deref()) != Some(&rendered.hash);
     let rolling = !ready.status && ready.reason != "ScaledToZero";
     let reconciling = if rolling {
@@ -239,8 +342,8 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
         reconciling,
         stalled,
     ];
-    verdicts.extend(switchover.clone());
-    publish(pc, ctx, &verdicts, Some(&rendered), true).await?;
+    verdicts.extend(seen.switchover.clone());
+    publish(pc, ctx, &verdicts, Some(rendered), true).await?;
     if changed {
         let updated = Verdict::new(CONFIG_RENDERED, true, "ConfigUpdated", rendered_v.message);
         event(ctx, pc, EventType::Normal, &updated).await;
@@ -250,201 +353,10 @@ async fn converge(pc: &PoolConfig, ctx: &Context) -> Result<Action, Error> {
     }
     let next = if rolling { ROLLOUT_RETRY } else { RESYNC };
     // A Cluster's status is also watched where its CRD is installed; this covers the rest.
-    Ok(Action::requeue(match switchover {
+    Ok(Action::requeue(match seen.switchover {
         Some(_) => next.min(CNPG_POLL),
         None => next,
     }))
 }
 
-/// How often a PoolConfig that follows a CloudNativePG Cluster looks at it, watch or not.
-const CNPG_POLL: Duration = Duration::from_secs(5);
-
-/// The render facts and the `Switchover` condition of a PoolConfig that follows a
-/// CloudNativePG Cluster (none for the others). The pools are held while the Cluster's
-/// `status.targetPrimary` differs from its `status.currentPrimary`; the poolers stay ready.
-async fn cloud_native_pg(
-    pc: &PoolConfig,
-    ctx: &Context,
-    ns: &str,
-) -> Result<(render::Facts, Option<Verdict>), Error> {
-    let Some(r) = &pc.spec.server.cloud_native_pg else {
-        return Ok((render::Facts::default(), None));
-    };
-    let name = &r.cluster;
-    let Some(state) = super::cnpg::cluster(&ctx.client, ns, name).await? else {
-        let msg = format!("no CloudNativePG Cluster {name} in {ns}: pools not held");
-        return Ok((
-            render::Facts::default(),
-            Some(Verdict::new(SWITCHOVER, false, "ClusterNotFound", msg)),
-        ));
-    };
-    let primary = |p: &Option<String>| p.clone().unwrap_or_else(|| "?".into());
-    let facts = render::Facts {
-        switchover: state.switching(),
-        ..render::Facts::default()
-    };
-    let verdict = if facts.switchover {
-        let hold = pc
-            .spec
-            .failover
-            .as_ref()
-            .and_then(|f| f.hold_timeout.clone())
-            .unwrap_or_else(|| format!("{}s", render::CNPG_HOLD.as_secs()));
-        let msg = format!(
-            "Cluster {name}: primary {} -> {} ({}); transactions wait up to {hold} for it",
-            primary(&state.current_primary),
-            primary(&state.target_primary),
-            state.phase.as_deref().unwrap_or("no phase"),
-        );
-        Verdict::new(SWITCHOVER, true, "SwitchoverInProgress", msg)
-    } else {
-        let msg = format!(
-            "Cluster {name}: primary {}",
-            primary(&state.current_primary)
-        );
-        Verdict::new(SWITCHOVER, false, "Stable", msg)
-    };
-    Ok((facts, Some(verdict)))
-}
-
-/// `Ready` once the running poolers have loaded config `hash` (and, for a Deployment, its
-/// rollout verdict is Ready): each was asked which config it has loaded.
-fn loaded_verdict(rollout: Option<Verdict>, reports: &Reports, hash: &str, cm: &str) -> Verdict {
-    if let Some(v) = rollout.as_ref().filter(|v| !v.status) {
-        return v.clone();
-    }
-    let l = reports.loaded(hash);
-    let of = format!(
-        "{}/{} running poolers have loaded config {hash}",
-        l.current, l.asked
-    );
-    match (l.asked, l.all(), rollout) {
-        (_, false, _) => Verdict::new(
-            READY,
-            false,
-            "ConfigNotLoaded",
-            format!("{of} (a pod's mounted ConfigMap follows within about a minute)"),
-        ),
-        (0, true, None) => Verdict::new(
-            READY,
-            true,
-            "ConfigPublished",
-            format!("ConfigMap {cm} holds the config; no selected pooler runs yet"),
-        ),
-        (_, true, None) => Verdict::new(READY, true, "ConfigLoaded", of),
-        (_, true, Some(v)) => Verdict::new(READY, true, v.reason, format!("{}; {of}", v.message)),
-    }
-}
-
-/// `ConfigRendered` and `Degraded` for a config that rendered and was applied; with a budget,
-/// the message says where the share is held and why (`readers`).
-fn rendered_verdicts(rendered: &Rendered, readers: &render::Readers) -> (Verdict, Verdict) {
-    let s = rendered.sizing;
-    let scope = readers
-        .explain(s.scope)
-        .map_or_else(String::new, |why| format!("; {why}"));
-    let rendered_v = Verdict::new(
-        CONFIG_RENDERED,
-        true,
-        "Rendered",
-        format!(
-            "pool size {} for {} pooler(s), config {}{scope}",
-            s.pool_size, s.poolers, rendered.hash
-        ),
-    );
-    let degraded = if s.over_budget {
-        Verdict::new(
-            DEGRADED,
-            true,
-            "BudgetExceeded",
-            format!(
-                "maxServerConnections is below the {} poolers: each keeps 1 connection",
-                s.poolers
-            ),
-        )
-    } else {
-        Verdict::new(DEGRADED, false, "AsExpected", "no problem found".into())
-    };
-    (rendered_v, degraded)
-}
-
 pub use super::render::config_map_name;
-
-/// Records a problem only a human can fix (an invalid spec, a missing Secret, a name
-/// conflict): nothing is applied until it is fixed.
-async fn not_rendered(
-    pc: &PoolConfig,
-    ctx: &Context,
-    reason: &'static str,
-    message: String,
-) -> Result<Action, Error> {
-    let verdicts = [
-        Verdict::new(READY, false, reason, message.clone()),
-        Verdict::new(CONFIG_RENDERED, false, reason, message.clone()),
-        Verdict::new(DEGRADED, true, reason, message.clone()),
-        Verdict::new(RECONCILING, false, reason, "waiting for a change".into()),
-        Verdict::new(STALLED, true, reason, message),
-    ];
-    publish(pc, ctx, &verdicts, None, true).await?;
-    event(ctx, pc, EventType::Warning, &verdicts[1]).await;
-    // A spec error waits for a spec change (the watch brings it).
-    Ok(Action::await_change())
-}
-
-/// Publishes the status; `observed`: the current generation has been acted on (applied, or
-/// found to need a human), so `observedGeneration` moves to it.
-async fn publish(
-    pc: &PoolConfig,
-    ctx: &Context,
-    verdicts: &[Verdict],
-    rendered: Option<&Rendered>,
-    observed: bool,
-) -> Result<(), Error> {
-    let old = pc.status.clone().unwrap_or_default();
-    let generation = if observed {
-        pc.metadata.generation
-    } else {
-        old.observed_generation
-    };
-    let status = PoolConfigStatus {
-        observed_generation: generation,
-        config_hash: rendered.map(|r| r.hash.clone()).or(old.config_hash),
-        applied_pool_size: rendered
-            .map(|r| r.sizing.pool_size)
-            .or(old.applied_pool_size),
-        replicas: rendered.map(|r| r.sizing.poolers).or(old.replicas),
-        budget: pc.spec.max_server_connections,
-        budget_scope: match rendered {
-            Some(r) => r.sizing.scope,
-            None => old.budget_scope,
-        },
-        selector: Some(render::selector_string(pc)),
-        conditions: status::conditions(&old.conditions, verdicts, generation, Timestamp::now()),
-    };
-    let ns = pc.namespace().unwrap_or_default();
-    let api = Api::<PoolConfig>::namespaced(ctx.client.clone(), &ns);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(
-        &pc.name_any(),
-        &params,
-        &Patch::Apply(status::patch(&status)),
-    )
-    .await?;
-    ctx.metrics
-        .set_conditions(&ns, &pc.name_any(), &status.conditions);
-    Ok(())
-}
-
-/// Publishes an Event about `pc`; a failure to do so is logged, never fatal.
-pub(super) async fn event(ctx: &Context, pc: &PoolConfig, type_: EventType, v: &Verdict) {
-    let ev = Event {
-        type_,
-        reason: v.reason.into(),
-        note: Some(v.message.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &pc.object_ref(&())).await {
-        tracing::warn!(error = %e, "cannot publish event");
-    }
-}

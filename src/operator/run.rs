@@ -12,14 +12,17 @@ use tokio_util::sync::CancellationToken;
 use super::controller;
 use super::leader::{self, Elector, LeaseConfig};
 use super::metrics::{self, Metrics};
+use super::policy::Allowlist;
 
 /// How the operator runs.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// `/metrics`, `/livez`, `/readyz`.
     pub metrics_addr: SocketAddr,
-    /// Watch only this namespace (all when `None`).
-    pub namespace: Option<String>,
+    /// Watch only these namespaces (all when empty).
+    pub namespaces: Vec<String>,
+    /// The images and ServiceAccounts PoolConfigs may name.
+    pub allow: Allowlist,
     /// Leader election; `None` runs the controller at once (a single replica).
     pub lease: Option<LeaseConfig>,
     /// This replica's name in Events.
@@ -53,17 +56,34 @@ pub async fn run(
     let version = client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, "API server reached");
     metrics.set_ready();
-    let ctx = controller::context(client.clone(), metrics.clone(), opts.instance.clone()).await?;
-    let ns = opts.namespace.clone();
+    let ctx = controller::context(
+        client.clone(),
+        metrics.clone(),
+        opts.instance.clone(),
+        opts.allow.clone(),
+    )
+    .await?;
+    let scope = if opts.namespaces.is_empty() {
+        "every namespace".to_owned()
+    } else {
+        opts.namespaces.join(", ")
+    };
+    tracing::info!(
+        %scope,
+        images = %list(opts.allow.images()),
+        service_accounts = %list(opts.allow.service_accounts()),
+        "watching PoolConfigs"
+    );
+    let ns = opts.namespaces.clone();
     let result = match opts.lease {
         None => {
-            controller::run(ctx, ns.as_deref(), shutdown.clone()).await;
+            controller::run_scoped(ctx, &ns, shutdown.clone()).await;
             Ok(())
         }
         Some(lease) => {
             let elector = Elector::new(client, lease);
             lead(&elector, &metrics, &shutdown, |stop| async move {
-                controller::run(ctx, ns.as_deref(), stop).await;
+                controller::run_scoped(ctx, &ns, stop).await;
             })
             .await
         }
@@ -74,6 +94,15 @@ pub async fn run(
     }
     tracing::info!("operator stopped");
     result
+}
+
+fn list(patterns: &[super::policy::Pattern]) -> String {
+    let all: Vec<String> = patterns.iter().map(ToString::to_string).collect();
+    if all.is_empty() {
+        "none".into()
+    } else {
+        all.join(",")
+    }
 }
 
 /// Waits for the Lease, then runs `work` until shutdown or loss of the Lease.

@@ -426,7 +426,11 @@ async fn the_loaded_config_files_hash_is_reported() {
     assert_eq!(status(&pooler)["config_hash"], hash_of(first));
     assert_eq!(
         status(&pooler)["capabilities"],
-        serde_json::json!(["pool.max_db_connections"])
+        serde_json::json!([
+            "pool.max_db_connections",
+            "admin.token_file",
+            "auth.mock_secret_file"
+        ])
     );
     let text = scrape(&pooler);
     assert_eq!(

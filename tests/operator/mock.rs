@@ -42,12 +42,14 @@ fn context(client: Client) -> Arc<Context> {
         kind: "PodDisruptionBudget".into(),
         plural: "poddisruptionbudgets".into(),
     };
-    Arc::new(Context::new(client, recorder, metrics, pdb))
+    let allow = droid_pool::operator::policy::Allowlist::restrictive();
+    Arc::new(Context::new(client, recorder, metrics, pdb, allow))
 }
 
 /// A stored sidecar PoolConfig without selector or Secrets: its reconcile makes exactly
-/// these calls, in order: look up the ConfigMap's name, apply the ConfigMap, look for a Deployment left from a deployment
-/// target, apply the status, then post Events.
+/// these calls, in order: look up the ConfigMap's name, look for and create the admin Secret,
+/// apply the ConfigMap, look for a Deployment left from a deployment target, apply the
+/// status, then post Events.
 fn pool_config() -> Arc<PoolConfig> {
     Arc::new(
         serde_json::from_value(json!({
@@ -96,9 +98,19 @@ async fn expect(handle: &mut ApiHandle, method: Method, path_part: &str, respons
     send.send_response(response);
 }
 
-/// No takeover: the ConfigMap's name is looked up before the apply (free here).
+/// No takeover: the ConfigMap's name is looked up before the apply (free here); then the
+/// admin Secret is looked for (none) and created, the server echoing what it was sent.
 async fn expect_name_free(handle: &mut ApiHandle) {
     expect(handle, Method::GET, "/configmaps/web-pool", status(404)).await;
+    expect(handle, Method::GET, "/secrets/web-admin", status(404)).await;
+    let (req, send) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+        .await
+        .expect("a request for the admin Secret")
+        .expect("request");
+    assert_eq!(req.method(), Method::POST, "{}", req.uri());
+    assert!(req.uri().path().ends_with("/secrets"), "{}", req.uri());
+    let body = req.into_body().collect_bytes().await.expect("body");
+    send.send_response(ok(serde_json::from_slice(&body).expect("Secret JSON")));
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::{self, condition, eventually};
 
 /// A GET over a fresh connection: (status code, body).
-async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
@@ -88,7 +88,8 @@ struct Replica {
 async fn replica(client: &Client, ns: &str, id: &str) -> Replica {
     let opts = RunOptions {
         metrics_addr: "127.0.0.1:0".parse().expect("addr"),
-        namespace: Some(ns.into()),
+        namespaces: vec![ns.into()],
+        allow: support::allow(),
         lease: Some(lease(ns, id, Duration::from_secs(15))),
         instance: Some(id.into()),
     };

@@ -77,7 +77,7 @@ async fn the_published_cluster_role_is_enough() {
     elector.release().await.expect("release the Lease");
 
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    let ctx = controller::context(client.clone(), metrics, Some("op".into()))
+    let ctx = controller::context(client.clone(), metrics, Some("op".into()), support::allow())
         .await
         .expect("context");
     let stop = CancellationToken::new();

@@ -15,6 +15,7 @@ use std::time::Duration;
 use droid_pool::operator::controller;
 use droid_pool::operator::crd::PoolConfig;
 use droid_pool::operator::metrics::Metrics;
+use droid_pool::operator::policy::{default_images, Allowlist};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -191,10 +192,22 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
 }
 
+/// The operator's default allowlist plus the stand-in image the tests deploy.
+pub fn allow() -> Allowlist {
+    let mut images = default_images();
+    images.push("example/droid-pool:*".into());
+    Allowlist::new(&images, &[]).expect("allowlist")
+}
+
 impl Running {
     pub async fn start(client: &Client, ns: &str) -> Running {
+        Running::start_with(client, ns, allow()).await
+    }
+
+    /// As [`Running::start`], with these allowlists.
+    pub async fn start_with(client: &Client, ns: &str, allow: Allowlist) -> Running {
         let metrics = Arc::new(Metrics::new().expect("metrics"));
-        let ctx = controller::context(client.clone(), metrics.clone(), Some("test".into()))
+        let ctx = controller::context(client.clone(), metrics.clone(), Some("test".into()), allow)
             .await
             .expect("context");
         let stop = CancellationToken::new();

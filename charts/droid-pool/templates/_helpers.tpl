@@ -76,3 +76,65 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* The namespaces the operator watches, comma-separated; empty: every namespace (scope
+cluster). operator.watchNamespace, deprecated, is scope namespace with that one. */}}
+{{- define "droid-pool.watchNamespaces" -}}
+{{- if .Values.operator.watchNamespace }}
+{{- .Values.operator.watchNamespace }}
+{{- else if eq .Values.operator.scope "namespace" }}
+{{- default (list .Release.Namespace) .Values.operator.watchNamespaces | uniq | join "," }}
+{{- end }}
+{{- end }}
+
+{{/* --allowed-images: the values', else this chart's image exactly. */}}
+{{- define "droid-pool.allowedImages" -}}
+{{- if .Values.operator.allowedImages }}
+{{- join "," .Values.operator.allowedImages }}
+{{- else }}
+{{- include "droid-pool.image" . }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces whose operator-deployed poolers get the chart's NetworkPolicy,
+comma-separated: networkPolicy.namespaces, else the release namespace (with pooler.enabled)
+and the watched namespaces (operator scope namespace). */}}
+{{- define "droid-pool.poolerPolicyNamespaces" -}}
+{{- if .Values.networkPolicy.namespaces }}
+{{- join "," .Values.networkPolicy.namespaces }}
+{{- else }}
+{{- $out := list }}
+{{- if .Values.pooler.enabled }}
+{{- $out = append $out .Release.Namespace }}
+{{- end }}
+{{- with include "droid-pool.watchNamespaces" . }}
+{{- $out = concat $out (splitList "," .) }}
+{{- end }}
+{{- $out | uniq | join "," }}
+{{- end }}
+{{- end }}
+
+{{/* NetworkPolicy peers: Prometheus, as networkPolicy.prometheus selects it. */}}
+{{- define "droid-pool.prometheusPeer" -}}
+namespaceSelector:
+  {{- toYaml .Values.networkPolicy.prometheus.namespaceSelector | nindent 2 }}
+podSelector:
+  {{- toYaml .Values.networkPolicy.prometheus.podSelector | nindent 2 }}
+{{- end }}
+
+{{/* Who may reach a pooler's admin port 9127 (a list of NetworkPolicy peers): Prometheus, the
+operator's pods (in networkPolicy.operatorNamespace, default the release namespace; they ask
+/status) and networkPolicy.extraAdminFrom. */}}
+{{- define "droid-pool.adminPeers" -}}
+- {{ include "droid-pool.prometheusPeer" . | nindent 2 | trim }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ default .Release.Namespace .Values.networkPolicy.operatorNamespace }}
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: {{ include "droid-pool.name" . }}-operator
+      app.kubernetes.io/component: operator
+{{- with .Values.networkPolicy.extraAdminFrom }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

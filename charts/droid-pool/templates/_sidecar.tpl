@@ -18,14 +18,14 @@ Usage, in an application's pod template (this chart as a dependency, or a copy o
       spec:
         terminationGracePeriodSeconds: 45   # app drain + pooler accept_window + margin (see README)
         initContainers:
-          {{- include "droid-pool.sidecar" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db") | nindent 10 }}
+          {{- include "droid-pool.sidecar" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders") | nindent 10 }}
         containers:
           - name: app
             env:
               - name: DATABASE_URL
                 value: postgres://app@127.0.0.1:6432/app
         volumes:
-          {{- include "droid-pool.sidecarVolumes" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db") | nindent 10 }}
+          {{- include "droid-pool.sidecarVolumes" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders") | nindent 10 }}
 
 Arguments (a dict; all but configMap optional):
   configMap              required: the ConfigMap with key droid-pool.yaml, e.g. the one a
@@ -35,6 +35,15 @@ Arguments (a dict; all but configMap optional):
   passwordKey            the Secret key, also the file name (default "password")
   clientPasswordsSecret  the PoolConfig's spec.clientAuth.passwordsSecret (md5/scram-sha-256
                          clients), mounted at /var/run/droid-pool/client-passwords
+  poolConfig             the PoolConfig's name: its admin Secret <poolConfig>-admin, which the
+                         operator makes (keys token and mock-secret), is mounted read-only at
+                         /var/run/droid-pool/admin. The operator points the config at those files
+                         (admin.token_file, auth.mock_secret_file) only once every pod its
+                         podSelector selects mounts them; until then the control routes
+                         (POST /console, /reload, /drain) stay off (403).
+  adminSecret            instead of poolConfig: the name of a Secret of your own with keys token
+                         (at least 16 characters) and mock-secret, for a config not rendered by
+                         the operator (set admin.token_file and auth.mock_secret_file in it)
   image                  a reference string, or a dict like this chart's .Values.image
                          (repository, tag, digest, pullPolicy); default: the image of this
                          chart's appVersion (droid-pool.sidecarDefaultImage)
@@ -43,7 +52,10 @@ Arguments (a dict; all but configMap optional):
   resources              default: requests cpu 50m / memory 32Mi, limit memory 128Mi
   root                   accepted for compatibility with earlier versions, and ignored
 The ports are those the operator's rendered config sets: PostgreSQL on 127.0.0.1:6432, the
-admin server (probes, /metrics) on 0.0.0.0:9127, container port "pooler-admin".
+admin server (probes, /metrics; the control routes with the admin token) on 0.0.0.0:9127,
+container port "pooler-admin". Other pods can reach 9127: give the application's pod a
+NetworkPolicy that admits it from Prometheus and the operator only (the sidecar example in
+templates/sidecar-example.yaml has one).
 
 The ConfigMap is mounted as a directory, never with subPath: the kubelet then swaps its ..data
 symlink on a change and the pooler hot-reloads it; a subPath mount would never see an update.
@@ -129,6 +141,21 @@ droidpool.io/poolconfig: {{ required "droid-pool.sidecarPodLabels: poolConfig is
       mountPath: /var/run/droid-pool/client-passwords
       readOnly: true
     {{- end }}
+    {{- if include "droid-pool.sidecarAdminSecret" . }}
+    - name: droid-pool-admin
+      mountPath: /var/run/droid-pool/admin
+      readOnly: true
+    {{- end }}
+{{- end }}
+
+{{/* The admin Secret's name from the arguments: adminSecret, else <poolConfig>-admin, else
+none. */}}
+{{- define "droid-pool.sidecarAdminSecret" -}}
+{{- if .adminSecret }}
+{{- .adminSecret }}
+{{- else if .poolConfig }}
+{{- printf "%s-admin" .poolConfig }}
+{{- end }}
 {{- end }}
 
 {{/* The volumes the sidecar mounts; same arguments as droid-pool.sidecar. */}}
@@ -149,5 +176,17 @@ droidpool.io/poolconfig: {{ required "droid-pool.sidecarPodLabels: poolConfig is
 - name: droid-pool-client-passwords
   secret:
     secretName: {{ .clientPasswordsSecret }}
+{{- end }}
+{{- with include "droid-pool.sidecarAdminSecret" . }}
+# Only the two keys the pooler reads; only the sidecar mounts the volume (the application's
+# containers do not see it).
+- name: droid-pool-admin
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: token
+        path: token
+      - key: mock-secret
+        path: mock-secret
 {{- end }}
 {{- end }}

@@ -23,6 +23,12 @@ pub const DEFAULT_IMAGE: &str = "ghcr.io/droid-pool/droid-pool:0.1.0";
 
 /// A duration in the pooler's notation: digits and a unit, repeated (`250ms`, `30s`, `1m30s`).
 pub(crate) const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
+/// The name of another object of the namespace (RFC 1123 subdomain, Kubernetes' own rule):
+/// never a path, so a name cannot reach into another namespace.
+pub const DNS_SUBDOMAIN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A Secret data key (also the file name it is mounted as).
+pub const SECRET_KEY: &str = r"^[-._a-zA-Z0-9]+$";
 
 /// Settings of droid-pool poolers, rendered into the pooler's own config file.
 ///
@@ -200,7 +206,7 @@ fn default_pg_port() -> u16 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct CloudNativePgRef {
     /// The Cluster's name (its Services are `NAME-rw`, `NAME-ro`, `NAME-r`).
-    #[schemars(length(min = 1, max = 50))]
+    #[schemars(length(min = 1, max = 50), regex(pattern = DNS_SUBDOMAIN))]
     pub cluster: String,
 }
 
@@ -244,10 +250,10 @@ pub struct FailoverSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub name: String,
     #[serde(default = "default_password_key")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY))]
     pub key: String,
 }
 
@@ -265,7 +271,7 @@ pub struct ClientAuthSpec {
     pub method: Option<AuthMethod>,
     /// A Secret whose keys are user names and values their passwords, mounted as a directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub passwords_secret: Option<String>,
     /// A Secret key holding a users file of SCRAM verifiers (copied from `pg_authid`): each
     /// user then logs in to PostgreSQL as itself with what its own login proved (SCRAM
@@ -367,7 +373,7 @@ pub enum Target {
 #[serde(rename_all = "camelCase")]
 pub struct SidecarTarget {
     /// Name of the ConfigMap to write (key `droid-pool.yaml`).
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub config_map_name: String,
     /// The pods that run a sidecar, counted to split `maxServerConnections`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -383,7 +389,8 @@ pub struct DeploymentTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1000))]
     pub replicas: Option<i32>,
-    /// The droid-pool image.
+    /// The droid-pool image; refused unless the operator's `--allowed-images` allows it (by
+    /// default its own repository only).
     #[serde(default = "default_image")]
     #[schemars(length(min = 1))]
     pub image: String,
@@ -427,12 +434,13 @@ pub struct PodTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub priority_class_name: Option<String>,
     /// Run the poolers as this ServiceAccount (the operator then creates none; no token is
-    /// mounted either way).
+    /// mounted either way). Refused unless the operator's `--allowed-service-accounts`
+    /// lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
@@ -548,6 +556,11 @@ pub struct PoolConfigStatus {
     /// The pooler pods' label selector (for the scale subresource and an HPA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// The Secret whose key `token` the poolers' control routes take (`Authorization:
+    /// Bearer`), once the rendered config points at it; unset while it does not (the
+    /// `ConfigRendered` message says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_secret: Option<String>,
     /// `Ready`, `ConfigRendered` and `Degraded`.
     #[serde(default)]
     pub conditions: Vec<Condition>,

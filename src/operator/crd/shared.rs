@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Mode, DURATION_PATTERN};
+use super::{Mode, DNS_SUBDOMAIN, DURATION_PATTERN, SECRET_KEY};
 
 /// Limits across the pools of each pooler.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -68,10 +68,10 @@ pub struct UserSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsersSecretRef {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub name: String,
     #[serde(default = "default_users_key")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY))]
     pub key: String,
 }
 

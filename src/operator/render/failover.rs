@@ -20,6 +20,9 @@ pub struct Facts {
     /// Every running pooler reads `pool.max_db_connections` (see [`super::Readers`]), so a
     /// budget's share may be written as that limit too.
     pub db_limit_readable: bool,
+    /// Every pooler pod mounts the admin Secret and every running pooler reads
+    /// `admin.token_file` and `auth.mock_secret_file`, so the config may point at them.
+    pub admin_files: bool,
 }
 
 /// The server's host(s), their roles and the hold.

@@ -2,15 +2,21 @@
 //! share the budget) become the pooler's own typed `Config`, its YAML and hashes, and the
 //! Kubernetes objects that carry it. No I/O here, so every rule is unit-tested.
 
+mod admin;
 mod budget;
 mod failover;
+mod names;
 mod objects;
 mod shared;
 #[cfg(test)]
 mod tests;
 
+pub use admin::{
+    admin_secret, admin_secret_name, mounts_admin_secret, ADMIN_DIR, MOCK_SECRET_KEY, TOKEN_KEY,
+};
 pub use budget::{sizing, Readers, Sizing};
 pub use failover::{Facts, CNPG_HOLD};
+pub use names::{check_names, is_dns_subdomain, DNS_SUBDOMAIN, SECRET_KEY};
 
 pub use objects::{
     config_map, deployment, labels, pdb, selector_labels, selector_string, service,
@@ -61,6 +67,13 @@ pub enum RenderError {
         "set exactly one of spec.server.host, spec.server.hosts and spec.server.cloudNativePG"
     )]
     ServerChoice,
+    #[error(
+        "{field}: {value:?} is not the name of an object in this namespace (lowercase letters, \
+         digits, '-' and '.')"
+    )]
+    Name { field: &'static str, value: String },
+    #[error("{field}: {value:?} is not a Secret key (letters, digits, '-', '_' and '.')")]
+    Key { field: &'static str, value: String },
 }
 
 /// The rendered pooler configuration.
@@ -110,6 +123,7 @@ pub fn render_observed(
     facts: Facts,
     pods: &[PeerPod],
 ) -> Result<Rendered, RenderError> {
+    check_names(spec)?;
     if let Target::Deployment(t) = &spec.target {
         if t.service.external_traffic_policy.is_some()
             && t.service.type_ == crd::ServiceType::ClusterIP
@@ -124,6 +138,9 @@ pub fn render_observed(
         config.peers = peers(pods);
     }
     failover::failover(&mut config, spec, facts)?;
+    if facts.admin_files {
+        admin::admin_files(&mut config);
+    }
     config
         .validate()
         .map_err(|e| RenderError::Config(e.to_string()))?;
@@ -156,7 +173,8 @@ pub fn config_map_name(pc: &PoolConfig) -> String {
 
 /// Every object the operator would write for `pc` with `poolers` poolers, as JSON: what
 /// `droid-pool-operator render` prints (a preview, and the input of the packaging check that
-/// holds the pooler pods to the `restricted` Pod Security profile). The PDB is `policy/v1`.
+/// holds the pooler pods to the `restricted` Pod Security profile). The PDB is `policy/v1`; the
+/// admin Secret comes without its values, which are made at the first reconciliation.
 pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, RenderError> {
     let r = render(&pc.spec, poolers)?;
     let json = |v: Result<serde_json::Value, serde_json::Error>| {
@@ -164,9 +182,14 @@ pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, 
     };
     let unstored = || RenderError::Config("the PoolConfig needs a namespace and a uid".into());
     let cm_name = config_map_name(pc);
-    let mut out = vec![json(serde_json::to_value(
-        config_map(pc, &cm_name, &r).ok_or_else(unstored)?,
-    ))?];
+    let mut secret = admin_secret(pc, "", "").ok_or_else(unstored)?;
+    secret.data = None;
+    let mut out = vec![
+        json(serde_json::to_value(secret))?,
+        json(serde_json::to_value(
+            config_map(pc, &cm_name, &r).ok_or_else(unstored)?,
+        ))?,
+    ];
     if let Target::Deployment(t) = &pc.spec.target {
         if let Some(sa) = service_account(pc) {
             out.push(json(serde_json::to_value(sa))?);

@@ -68,7 +68,7 @@ pub fn selector_string(pc: &PoolConfig) -> String {
         .join(",")
 }
 
-fn meta(pc: &PoolConfig, name: String, owner: &OwnerReference) -> ObjectMeta {
+pub(super) fn meta_of(pc: &PoolConfig, name: String, owner: &OwnerReference) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: pc.namespace(),
@@ -85,7 +85,7 @@ fn owner(pc: &PoolConfig) -> Option<OwnerReference> {
 
 /// The ConfigMap with the rendered config, named `name`.
 pub fn config_map(pc: &PoolConfig, name: &str, r: &Rendered) -> Option<ConfigMap> {
-    let mut meta = meta(pc, name.to_owned(), &owner(pc)?);
+    let mut meta = meta_of(pc, name.to_owned(), &owner(pc)?);
     meta.annotations = Some(BTreeMap::from([(
         CONFIG_HASH_ANNOTATION.into(),
         r.hash.clone(),
@@ -120,7 +120,7 @@ fn port(name: &str, port: u16) -> ContainerPort {
     }
 }
 
-fn volume(name: &str, mount: &str) -> VolumeMount {
+pub(super) fn volume(name: &str, mount: &str) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: mount.into(),
@@ -129,7 +129,7 @@ fn volume(name: &str, mount: &str) -> VolumeMount {
     }
 }
 
-fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
+pub(super) fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
     Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
@@ -148,7 +148,9 @@ fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
     }
 }
 
-/// The ConfigMap (whole, at `CONFIG_DIR`) and the Secrets the spec names, as files.
+/// The ConfigMap (whole, at `CONFIG_DIR`), the admin Secret and the Secrets the spec names, as
+/// files. The admin Secret is mounted whether or not the config points at it yet: the
+/// operator writes those settings only for pods that have it.
 fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![Volume {
         name: "config".into(),
@@ -159,6 +161,9 @@ fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>)
         ..Volume::default()
     }];
     let mut mounts = vec![volume("config", CONFIG_DIR)];
+    let (admin, admin_mount) = super::admin::admin_volume(pc);
+    volumes.push(admin);
+    mounts.push(admin_mount);
     if let Some(s) = &pc.spec.server.password_secret {
         volumes.push(secret_volume("server-password", &s.name, Some(&s.key)));
         mounts.push(volume("server-password", SERVER_PASSWORD_DIR));
@@ -205,7 +210,7 @@ pub fn service_account(pc: &PoolConfig) -> Option<ServiceAccount> {
         return None;
     }
     Some(ServiceAccount {
-        metadata: meta(pc, service_account_name(pc), &owner(pc)?),
+        metadata: meta_of(pc, service_account_name(pc), &owner(pc)?),
         automount_service_account_token: Some(false),
         ..ServiceAccount::default()
     })
@@ -311,7 +316,7 @@ pub fn deployment(
         ("prometheus.io/path".into(), "/metrics".into()),
     ]);
     Some(Deployment {
-        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        metadata: meta_of(pc, pc.name_any(), &owner(pc)?),
         spec: Some(DeploymentSpec {
             replicas: t.replicas,
             selector: LabelSelector {
@@ -350,7 +355,7 @@ fn merged(
 
 /// The Service in front of the poolers.
 pub fn service(pc: &PoolConfig, t: &DeploymentTarget) -> Option<Service> {
-    let mut metadata = meta(pc, pc.name_any(), &owner(pc)?);
+    let mut metadata = meta_of(pc, pc.name_any(), &owner(pc)?);
     metadata.annotations = t.service.annotations.clone();
     let external = t.service.type_ != ServiceType::ClusterIP;
     Some(Service {
@@ -381,7 +386,7 @@ pub fn service(pc: &PoolConfig, t: &DeploymentTarget) -> Option<Service> {
 /// that predate v1, the spec fields used here being the same in both).
 pub fn pdb(pc: &PoolConfig, t: &DeploymentTarget) -> Option<PodDisruptionBudget> {
     Some(PodDisruptionBudget {
-        metadata: meta(pc, pc.name_any(), &owner(pc)?),
+        metadata: meta_of(pc, pc.name_any(), &owner(pc)?),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(t.pod_disruption_budget.max_unavailable)),
             selector: Some(LabelSelector {

@@ -283,7 +283,12 @@ fn deployment_probes_grace_and_mounts() {
         .collect();
     assert_eq!(
         mounts,
-        [CONFIG_DIR, SERVER_PASSWORD_DIR, CLIENT_PASSWORDS_DIR]
+        [
+            CONFIG_DIR,
+            ADMIN_DIR,
+            SERVER_PASSWORD_DIR,
+            CLIENT_PASSWORDS_DIR
+        ]
     );
     // The ConfigMap is mounted whole: a subPath mount would never see an update.
     assert!(c
