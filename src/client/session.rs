@@ -118,7 +118,7 @@ impl<'a> Session<'a> {
     /// Runs the session to its end and returns or discards the server it holds.
     pub async fn run(&mut self) -> Result<(), ClientError> {
         let res = match self.relay_loop().await {
-            Err(ClientError::ServerLost(_)) if self.relay.server_fatal() => {
+            Err(ClientError::ServerLost(_)) if !self.relay.server_lost_needs_error() => {
                 Err(ClientError::ServerEnded)
             }
             res => res,

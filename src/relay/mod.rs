@@ -240,9 +240,11 @@ impl Relay {
         self.batch.status
     }
 
-    /// The held server sent a FATAL error, already passed on.
-    pub fn server_fatal(&self) -> bool {
-        self.batch.server_fatal
+    /// The held server's connection ended: whether the client must still be told (08006),
+    /// which it must not after the server's own FATAL, already passed on (the client then
+    /// sees what a direct connection shows: that error, then the close).
+    pub fn server_lost_needs_error(&self) -> bool {
+        !self.batch.server_fatal
     }
 
     /// The session ends for a reason of the pooler's: the server's close is not the FATAL's.

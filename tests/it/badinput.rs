@@ -14,8 +14,9 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
 
-use crate::core::{code, error_codes, startup_bytes, vm_rss_kb, within, Wire};
+use crate::core::{code, error_codes, startup_bytes, vm_rss_kb, within};
 use crate::support::raw;
+use crate::support::raw::Raw;
 use crate::support::{self, Pooler, DB};
 
 /// A tokio-postgres client running simple and extended queries in a loop and checking every
@@ -130,7 +131,7 @@ pub(crate) fn assert_alive(pooler: &Pooler) {
 
 /// Sends `bytes`, closes our side, and returns what came back before EOF.
 async fn send_and_close(port: u16, bytes: &[u8]) -> Vec<droid_pool::protocol::frame::Frame> {
-    let mut w = Wire::open(port).await;
+    let mut w = Raw::open(port).await;
     w.send_lossy(bytes).await;
     let _ = w.stream.shutdown().await;
     w.until_eof(10)
@@ -226,7 +227,7 @@ async fn huge_length_after_login() {
         (b'Q', 3),
         (b'd', 0x7fff_fff0),
     ] {
-        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
         let mut m = vec![tag];
         m.extend_from_slice(&len.to_be_bytes());
         m.extend_from_slice(b"select 1");
@@ -241,7 +242,7 @@ async fn huge_length_after_login() {
         assert_eq!(f.severity, "FATAL");
     }
     // The same while holding a server (inside a transaction): the server is not leaked.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let f = w.query("BEGIN").await;
     assert_eq!(f.last().unwrap().body(), b"T");
     w.send_lossy(&[b'Q', 0x80, 0, 0, 0]).await;
@@ -266,7 +267,7 @@ async fn truncated_message_then_eof() {
     let bg = Alongside::start(&pooler).await;
 
     // Truncated before any server is taken.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let mut q = raw::query("select 'never completed'").to_vec();
     q.truncate(q.len() - 6);
     w.send(&q).await;
@@ -275,7 +276,7 @@ async fn truncated_message_then_eof() {
     assert!(frames.is_empty(), "{}", raw::tags(&frames));
 
     // Truncated while holding the server: Parse and Bind sent, Execute cut short.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let mut bytes = raw::batch(&[
         raw::parse("", "select pg_sleep(0.1)"),
         raw::bind("", "", &[]),
@@ -289,7 +290,7 @@ async fn truncated_message_then_eof() {
     assert!(error_codes(&frames).is_empty(), "{}", raw::tags(&frames));
 
     // Inside a transaction, a truncated query then EOF.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     w.query("BEGIN").await;
     w.send(&q).await;
     let _ = w.stream.shutdown().await;
@@ -308,7 +309,7 @@ async fn unknown_message_type() {
     );
     let bg = Alongside::start(&pooler).await;
     for tag in [b'@', 0u8, b'p', b'z', 0xff] {
-        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
         w.send(&[tag, 0, 0, 0, 4]).await;
         let frames = w
             .until_eof(5)
@@ -319,7 +320,7 @@ async fn unknown_message_type() {
     }
     // While holding the server in a transaction: FATAL, and the server comes back (closed or
     // rolled back) for the client alongside.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let f = w.query("BEGIN").await;
     assert_eq!(f.last().unwrap().body(), b"T");
     w.send(&[b'@', 0, 0, 0, 4]).await;
@@ -374,7 +375,7 @@ async fn a_thousand_silent_connections() {
     // Every one is closed by the pooler within a few seconds of the 2 s login timeout.
     let waits = conns.into_iter().map(|s| {
         tokio::spawn(async move {
-            let mut w = Wire::from_stream(s);
+            let mut w = Raw::from_stream(s);
             w.until_eof(8).await
         })
     });
@@ -430,7 +431,7 @@ async fn random_garbage_after_login() {
     let bg = Alongside::start(&pooler).await;
     for seed in 0..30u64 {
         let mut rng = StdRng::seed_from_u64(5000 + seed);
-        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
         let junk: Vec<u8> = (0..rng.gen_range(1..4096)).map(|_| rng.gen()).collect();
         w.send_lossy(&junk).await;
         let _ = w.stream.shutdown().await;
@@ -447,7 +448,7 @@ async fn random_garbage_after_login() {
     // either closed or still usable.
     for seed in 0..10u64 {
         let mut rng = StdRng::seed_from_u64(6000 + seed);
-        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
         let body: Vec<u8> = (0..rng.gen_range(1..200)).map(|_| rng.gen()).collect();
         let mut m = vec![b'P'];
         m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
@@ -520,7 +521,7 @@ async fn message_size_limits() {
     );
     let bg = Alongside::start(&pooler).await;
 
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let sql = format!("select '{}'", "a".repeat(4000));
     let f = w.query(&sql).await;
     assert_eq!(raw::tags(&f), "TDCZ", "a message under the limit");

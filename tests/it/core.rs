@@ -106,119 +106,6 @@ pub(crate) fn error_codes(frames: &[Frame]) -> Vec<String> {
         .collect()
 }
 
-/// A raw connection that also reads the single-byte SSL/GSS answers and tells EOF apart.
-pub(crate) struct Wire {
-    pub stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Wire {
-    pub(crate) async fn open(port: u16) -> Wire {
-        let stream = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect to pooler");
-        Wire {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    pub(crate) fn from_stream(stream: TcpStream) -> Wire {
-        Wire {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    /// Opens and logs in (trust) with a 3.0 startup; returns the login messages.
-    pub(crate) async fn login(port: u16, user: &str, db: &str) -> (Wire, Vec<Frame>) {
-        let mut w = Wire::open(port).await;
-        w.send(&startup_bytes(0, &[("user", user), ("database", db)]))
-            .await;
-        let frames = w.until_ready().await;
-        assert_eq!(
-            raw::tags(&frames[..1]),
-            "R",
-            "login should start with AuthenticationOk: {}",
-            raw::tags(&frames)
-        );
-        (w, frames)
-    }
-
-    pub(crate) async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.expect("write to pooler");
-    }
-
-    /// Sends, ignoring errors (the pooler may already have closed).
-    pub(crate) async fn send_lossy(&mut self, bytes: &[u8]) {
-        let _ = self.stream.write_all(bytes).await;
-    }
-
-    /// One raw byte (the answer to SSLRequest / GSSENCRequest).
-    pub(crate) async fn read_byte(&mut self) -> u8 {
-        if self.buf.is_empty() {
-            let n = within(10, "a one-byte answer", self.stream.read_buf(&mut self.buf))
-                .await
-                .expect("read");
-            assert!(n > 0, "EOF instead of a one-byte answer");
-        }
-        let b = self.buf[0];
-        let _ = self.buf.split_to(1);
-        b
-    }
-
-    /// The next whole message, or None at EOF (or reset).
-    pub(crate) async fn try_recv(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(f) = frame::cut(&mut self.buf, 1 << 30).expect("valid frame from pooler") {
-                return Some(f);
-            }
-            match self.stream.read_buf(&mut self.buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            }
-        }
-    }
-
-    pub(crate) async fn recv(&mut self) -> Frame {
-        within(10, "a message from the pooler", self.try_recv())
-            .await
-            .expect("connection closed while waiting for a message")
-    }
-
-    pub(crate) async fn until_ready(&mut self) -> Vec<Frame> {
-        let mut out = Vec::new();
-        loop {
-            let f = self.recv().await;
-            let done = f.tag == backend::READY_FOR_QUERY_TAG;
-            out.push(f);
-            if done {
-                return out;
-            }
-        }
-    }
-
-    /// Every message up to EOF; None if the connection is still open after `secs`.
-    pub(crate) async fn until_eof(&mut self, secs: u64) -> Option<Vec<Frame>> {
-        let mut out = Vec::new();
-        let read_all = async {
-            while let Some(f) = self.try_recv().await {
-                out.push(f);
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(secs), read_all)
-            .await
-            .ok()?;
-        Some(out)
-    }
-
-    /// Runs a simple query and returns its messages through ReadyForQuery.
-    pub(crate) async fn query(&mut self, sql: &str) -> Vec<Frame> {
-        self.send(&raw::query(sql)).await;
-        self.until_ready().await
-    }
-}
-
 /// A client whose notices and notifications are delivered on a channel.
 async fn connect_with_messages(
     conn: &str,
@@ -1431,7 +1318,7 @@ async fn client_disconnect_mid_transaction_does_not_leak() {
 }
 
 /// The server pid behind a raw session-mode client.
-async fn backend_pid(c: &mut Wire) -> i32 {
+async fn backend_pid(c: &mut Raw) -> i32 {
     let frames = c.query("select pg_backend_pid()").await;
     assert_eq!(raw::tags(&frames), "TDCZ");
     raw::first_col(&frames[1]).unwrap().parse().unwrap()
@@ -1449,7 +1336,7 @@ async fn server_dies_under_client() {
     assert_eq!(scalar(&other, "select 'other'").await, "other");
 
     // Idle holder (session mode).
-    let (mut a, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut a, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let pid = backend_pid(&mut a).await;
     let killed: bool = direct
         .query_one("select pg_terminate_backend($1)", &[&pid])
@@ -1475,13 +1362,13 @@ async fn server_dies_under_client() {
     );
 
     // A new client gets a working (new) server.
-    let (mut c, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut c, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let pid2 = backend_pid(&mut c).await;
     assert_ne!(pid2, pid);
     drop(c);
 
     // Mid-query.
-    let (mut a, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut a, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let pid = backend_pid(&mut a).await;
     a.send(&raw::query("select pg_sleep(20)")).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1574,7 +1461,7 @@ async fn max_client_connections() {
     };
     assert_eq!(code(&err), "53300");
     // Raw: FATAL then close.
-    let mut w = Wire::open(pooler.port()).await;
+    let mut w = Raw::open(pooler.port()).await;
     w.send(&startup_bytes(0, &[("user", "droid"), ("database", DB)]))
         .await;
     let frames = w.until_eof(5).await.expect("closed");
@@ -1690,7 +1577,7 @@ async fn protocol_version_negotiation() {
     ] {
         let mut params = vec![("user", "droid"), ("database", DB)];
         params.extend(opts.iter().copied());
-        let mut w = Wire::open(pooler.port()).await;
+        let mut w = Raw::open(pooler.port()).await;
         w.send(&startup_bytes(minor, &params)).await;
         let frames = w.until_ready().await;
         let tags = raw::tags(&frames);
@@ -1706,7 +1593,7 @@ async fn protocol_version_negotiation() {
         assert_eq!(raw::first_col(&q[1]).as_deref(), Some("negotiated"));
     }
     // Plain 3.0 gets no NegotiateProtocolVersion.
-    let (mut w, frames) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, frames) = Raw::logged_in(pooler.port(), "droid", DB).await;
     assert!(!raw::tags(&frames).contains('v'));
     assert_eq!(raw::tags(&w.query("select 1").await), "TDCZ");
 }
@@ -1718,7 +1605,7 @@ async fn ssl_and_gss_requests_get_n() {
     let ssl = [0u8, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
     let gss = [0u8, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30];
     for seq in [vec![&ssl], vec![&gss], vec![&gss, &ssl]] {
-        let mut w = Wire::open(pooler.port()).await;
+        let mut w = Raw::open(pooler.port()).await;
         for req in &seq {
             w.send(&req[..]).await;
             assert_eq!(w.read_byte().await, b'N');
@@ -1744,7 +1631,7 @@ async fn startup_without_user_is_refused() {
     let pg = support::shared();
     let pooler = Pooler::start(pg, &["--pool-size", "1"]);
     for params in [vec![("database", DB)], vec![("user", ""), ("database", DB)]] {
-        let mut w = Wire::open(pooler.port()).await;
+        let mut w = Raw::open(pooler.port()).await;
         w.send(&startup_bytes(0, &params)).await;
         let frames = w.until_eof(5).await.expect("closed");
         assert_eq!(raw::tags(&frames), "E", "{params:?}");
@@ -1907,7 +1794,7 @@ async fn invalid_startup_setting_is_an_error() {
 async fn client_encoding_is_per_client() {
     let pg = support::shared();
     let pooler = Pooler::start(pg, &["--mode", "transaction", "--pool-size", "1"]);
-    let mut latin = Wire::open(pooler.port()).await;
+    let mut latin = Raw::open(pooler.port()).await;
     latin
         .send(&startup_bytes(
             0,
@@ -1931,7 +1818,7 @@ async fn client_encoding_is_per_client() {
         told.contains(&("client_encoding".to_owned(), "LATIN1".to_owned())),
         "{told:?}"
     );
-    let (mut utf8, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut utf8, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     for _ in 0..2 {
         let f = latin.query("select chr(233)").await;
         assert_eq!(raw::tags(&f), "TDCZ");
@@ -2060,8 +1947,9 @@ async fn large_values() {
 /// Writes `n` copies of a simple query in one stream while reading every answer concurrently
 /// (as a pipelining client does); returns how many ReadyForQuery arrived, or None if the
 /// exchange stalled for `stall_secs`.
-async fn big_pipeline(mut w: Wire, n: usize, sql: &str, stall_secs: u64) -> Option<usize> {
-    let (mut rd, mut wr) = w.stream.into_split();
+async fn big_pipeline(w: Raw, n: usize, sql: &str, stall_secs: u64) -> Option<usize> {
+    let (stream, mut buf) = w.into_parts();
+    let (mut rd, mut wr) = stream.into_split();
     let q = raw::query(sql);
     let writer = tokio::spawn(async move {
         let mut chunk = Vec::with_capacity(q.len() * 1000);
@@ -2078,7 +1966,6 @@ async fn big_pipeline(mut w: Wire, n: usize, sql: &str, stall_secs: u64) -> Opti
         }
         wr
     });
-    let mut buf = std::mem::take(&mut w.buf);
     let mut ready = 0;
     while ready < n {
         while let Some(f) = frame::cut(&mut buf, 1 << 30).expect("frame") {
@@ -2112,14 +1999,14 @@ async fn large_pipeline_does_not_deadlock() {
     let sql = format!("select repeat('x', 4000) -- {}", "p".repeat(2000));
     let sql = sql.as_str();
     // Directly against PostgreSQL the same client works.
-    let (w, _) = Wire::login(pg.port, "droid", DB).await;
+    let (w, _) = Raw::logged_in(pg.port, "droid", DB).await;
     assert_eq!(
         big_pipeline(w, n, sql, 10).await,
         Some(n),
         "the client itself must work directly"
     );
     let pooler = Pooler::start(pg, &["--mode", "transaction", "--pool-size", "1"]);
-    let (w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     let got = big_pipeline(w, n, sql, 10).await;
     if got != Some(n) {
         // What the server was doing meanwhile (ClientWrite: blocked writing to the pooler).
@@ -2218,7 +2105,7 @@ async fn pools_per_database_and_user() {
 async fn query_pipelined_with_startup() {
     let pg = support::shared();
     let pooler = Pooler::start(pg, &["--mode", "transaction", "--pool-size", "1"]);
-    let mut w = Wire::open(pooler.port()).await;
+    let mut w = Raw::open(pooler.port()).await;
     let mut bytes = startup_bytes(0, &[("user", "droid"), ("database", DB)]).to_vec();
     bytes.extend_from_slice(&raw::query("select 'eager'"));
     bytes.extend_from_slice(&raw::batch(&[
@@ -2341,7 +2228,7 @@ async fn warm_sessions_are_bounded_and_given_back() {
     };
     let mut clients = Vec::new();
     for i in 0..WARM_MAX + 50 {
-        let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+        let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
         let frames = w.query("SELECT 1").await;
         assert_eq!(raw::tags(&frames), "TDCZ", "client {i}");
         clients.push(w);
@@ -2370,7 +2257,7 @@ async fn warm_sessions_are_bounded_and_given_back() {
     }
     assert_eq!(warm(&pooler, 0), 0, "slots come back when clients leave");
     // A new client becomes warm again.
-    let (mut w, _) = Wire::login(pooler.port(), "droid", DB).await;
+    let (mut w, _) = Raw::logged_in(pooler.port(), "droid", DB).await;
     assert_eq!(raw::tags(&w.query("SELECT 1").await), "TDCZ");
     assert_eq!(warm(&pooler, 1), 1);
     eprintln!(

@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{userlist_line, write};
 use crate::badinput::{assert_alive, Alongside};
-use crate::core::{error_codes, startup_bytes, vm_rss_kb, Wire};
+use crate::core::{error_codes, startup_bytes, vm_rss_kb};
+use crate::support::raw::Raw;
 use crate::support::tls::{handshake, TestCa};
 use crate::support::{self, Pooler, DB};
 
@@ -40,8 +41,8 @@ async fn alongside(p: &Pooler) -> Alongside {
 }
 
 /// Opens a connection, sends the startup for scram_user, and reads AuthenticationSASL.
-async fn sasl_started(port: u16) -> Wire {
-    let mut w = Wire::open(port).await;
+async fn sasl_started(port: u16) -> Raw {
+    let mut w = Raw::open(port).await;
     w.send(&startup_bytes(
         0,
         &[("user", "scram_user"), ("database", DB)],
@@ -63,7 +64,7 @@ fn auth_code(f: &Frame) -> i32 {
 }
 
 /// Sends `bytes` and returns the SQLSTATEs received before the pooler closed.
-async fn answer(w: &mut Wire, bytes: &[u8]) -> Vec<String> {
+async fn answer(w: &mut Raw, bytes: &[u8]) -> Vec<String> {
     w.send_lossy(bytes).await;
     let frames = w.until_eof(5).await.expect("the pooler must close");
     error_codes(&frames)
@@ -82,7 +83,7 @@ fn response(data: &[u8]) -> Vec<u8> {
 }
 
 /// Runs client-first with a real SCRAM client; returns the wire and the honest client-final.
-async fn at_client_final(port: u16, password: &[u8]) -> (Wire, String) {
+async fn at_client_final(port: u16, password: &[u8]) -> (Raw, String) {
     let mut w = sasl_started(port).await;
     let mut client = ScramSha256::new(password, ChannelBinding::unsupported());
     w.send(&initial("SCRAM-SHA-256", client.message())).await;
@@ -177,7 +178,7 @@ async fn stalled_logins_are_closed() {
     let mut after_handshake = Vec::new();
     for _ in 0..20 {
         // After `S`, with no ClientHello.
-        let mut w = Wire::open(port).await;
+        let mut w = Raw::open(port).await;
         w.send(&SSL_REQUEST).await;
         assert_eq!(w.read_byte().await, b'S');
         after_s.push(w);
@@ -210,7 +211,7 @@ async fn ssl_request_repeated_or_followed_by_bytes() {
     let (ca, p) = pooler(dir.path());
     let port = p.port();
     // Bytes pipelined behind the SSLRequest would bypass TLS (CVE-2021-23214): refused.
-    let mut w = Wire::open(port).await;
+    let mut w = Raw::open(port).await;
     let mut bytes = SSL_REQUEST.to_vec();
     bytes.extend_from_slice(&startup_bytes(0, &[("user", "scram_user")]));
     assert_eq!(answer(&mut w, &bytes).await, ["08P01"]);
@@ -223,7 +224,7 @@ async fn ssl_request_repeated_or_followed_by_bytes() {
     assert_eq!(sink.first(), Some(&b'E'), "an ErrorResponse first");
     // On a pooler without TLS: N, N, then refused.
     let plain = Pooler::start(support::shared(), &[]);
-    let mut w = Wire::open(plain.port()).await;
+    let mut w = Raw::open(plain.port()).await;
     for _ in 0..2 {
         w.send(&SSL_REQUEST).await;
         assert_eq!(w.read_byte().await, b'N');

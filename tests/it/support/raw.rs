@@ -128,6 +128,36 @@ pub fn first_col(f: &Frame) -> Option<String> {
 }
 
 impl Raw {
+    /// Opens a connection and sends nothing yet.
+    pub async fn open(port: u16) -> Raw {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to pooler");
+        Raw::from_stream(stream)
+    }
+
+    /// A raw client over a connection made elsewhere (from another source address, say).
+    pub fn from_stream(stream: TcpStream) -> Raw {
+        Raw {
+            stream,
+            buf: BytesMut::new(),
+            key: None,
+        }
+    }
+
+    /// Opens and logs in (trust) with a 3.0 startup as `user` to `db`; returns the login's
+    /// messages too, which must start with AuthenticationOk.
+    pub async fn logged_in(port: u16, user: &str, db: &str) -> (Raw, Vec<Frame>) {
+        let (raw, frames) = Raw::login(port, &[("user", user), ("database", db)]).await;
+        assert_eq!(
+            tags(&frames[..1]),
+            "R",
+            "login should start with AuthenticationOk: {}",
+            tags(&frames)
+        );
+        (raw, frames)
+    }
+
     /// Connects and logs in (trust), reading up to the first ReadyForQuery.
     pub async fn connect(port: u16, user: &str, db: &str) -> Raw {
         Raw::connect_with(port, &[("user", user), ("database", db)]).await
@@ -168,14 +198,7 @@ impl Raw {
 
     /// Connects, sends a startup packet with `params` and reads up to ReadyForQuery.
     async fn login(port: u16, params: &[(&str, &str)]) -> (Raw, Vec<Frame>) {
-        let stream = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect to pooler");
-        let mut raw = Raw {
-            stream,
-            buf: BytesMut::new(),
-            key: None,
-        };
+        let mut raw = Raw::open(port).await;
         let mut b = BytesMut::new();
         frontend::startup_message(&mut b, params);
         raw.send(&b).await;
@@ -189,6 +212,51 @@ impl Raw {
 
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write to pooler");
+    }
+
+    /// The stream and whatever was read from it but not handled yet (for a test that reads
+    /// and writes the connection from two tasks).
+    pub fn into_parts(self) -> (TcpStream, BytesMut) {
+        (self.stream, self.buf)
+    }
+
+    /// Sends, ignoring errors (the pooler may already have closed).
+    pub async fn send_lossy(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes).await;
+    }
+
+    /// One raw byte (the answer to SSLRequest / GSSENCRequest).
+    pub async fn read_byte(&mut self) -> u8 {
+        if self.buf.is_empty() {
+            let n = tokio::time::timeout(RECV_TIMEOUT, self.stream.read_buf(&mut self.buf))
+                .await
+                .expect("timed out waiting for a one-byte answer")
+                .expect("read");
+            assert!(n > 0, "EOF instead of a one-byte answer");
+        }
+        let b = self.buf[0];
+        let _ = self.buf.split_to(1);
+        b
+    }
+
+    /// Runs a simple query and returns its messages through ReadyForQuery.
+    pub async fn query(&mut self, sql: &str) -> Vec<Frame> {
+        self.send(&query(sql)).await;
+        self.until_ready().await
+    }
+
+    /// Every message up to EOF; `None` if the connection is still open after `secs`.
+    pub async fn until_eof(&mut self, secs: u64) -> Option<Vec<Frame>> {
+        let mut out = Vec::new();
+        let read_all = async {
+            while let Some(f) = self.try_recv().await {
+                out.push(f);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(secs), read_all)
+            .await
+            .ok()?;
+        Some(out)
     }
 
     /// The next whole message; panics after [`RECV_TIMEOUT`] or on EOF.
