@@ -25,4 +25,5 @@ pub mod relay;
 pub mod reload;
 pub mod resilience;
 pub mod server;
+pub mod session_state;
 pub mod shared;

@@ -1,0 +1,5 @@
+//! Session state a client creates on a server in transaction pooling: what SQL creates it
+//! (a purpose lexer and a classifier of the few statement shapes that matter), and what a
+//! client holds (settings to replay, SQL prepared statements, pins, channels listened to).
+
+pub mod lex;
