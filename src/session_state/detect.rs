@@ -1,0 +1,480 @@
+//! What a statement does to session state, read from its tokens: settings (`SET`, `RESET`,
+//! `set_config(.., .., false)`), SQL prepared statements, the state the pooler cannot move
+//! between servers (temp tables, `WITH HOLD` cursors, session advisory locks, `LOAD`), what
+//! ends that state (`DISCARD`, `CLOSE`, `pg_advisory_unlock_all()`), `LISTEN`/`UNLISTEN`, and
+//! the transaction boundaries that decide whether a `SET` sticks.
+//!
+//! The hot path is a plain query: [`effects`] looks at the first word of each statement and
+//! reads further only for the few that can matter, and a `SELECT` is scanned for the three
+//! function names that can change a session only when its text holds one of them.
+
+use super::lex::{statements, Token, Tokens};
+
+/// What a statement does, as far as the pooler must know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// A session setting: `name` (lower-case) and the SQL that sets it again elsewhere.
+    Set { name: String, replay: String },
+    /// `RESET name` (or `SET name TO DEFAULT`).
+    Reset { name: String },
+    /// `RESET ALL`.
+    ResetAll,
+    /// `SET LOCAL` or `SET TRANSACTION`: this transaction only.
+    Local,
+    /// `PREPARE name AS ...`: the statement as written replays it.
+    Prepare { name: String, sql: String },
+    /// `EXECUTE name`.
+    Execute { name: String },
+    /// `DEALLOCATE [PREPARE] name` / `DEALLOCATE ALL`.
+    Deallocate { name: Option<String> },
+    /// State that cannot be moved to another server, and why.
+    Pin(PinReason),
+    /// `CLOSE name` / `CLOSE ALL`: may end a `WITH HOLD` cursor.
+    Close { name: Option<String> },
+    /// `pg_advisory_unlock_all()`.
+    UnlockAll,
+    /// `DISCARD ALL`, `DISCARD TEMP` (`TEMPORARY`), `DISCARD PLANS`, `DISCARD SEQUENCES`.
+    Discard(Discard),
+    /// `LISTEN channel`.
+    Listen { channel: String },
+    /// `UNLISTEN channel` / `UNLISTEN *`.
+    Unlisten { channel: Option<String> },
+    /// `BEGIN` / `START TRANSACTION`.
+    Begin,
+    /// `COMMIT` / `END` (and `COMMIT AND CHAIN`).
+    Commit,
+    /// `ROLLBACK` / `ABORT`.
+    Rollback,
+    /// `SAVEPOINT name`.
+    Savepoint { name: String },
+    /// `ROLLBACK TO [SAVEPOINT] name`.
+    RollbackTo { name: String },
+    /// `RELEASE [SAVEPOINT] name`.
+    Release { name: String },
+}
+
+/// Why a client is pinned to its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PinReason {
+    TempTable,
+    HoldCursor,
+    AdvisoryLock,
+    Load,
+    /// A setting whose name or value the pooler cannot read (`set_config($1, $2, false)`).
+    DynamicSetting,
+    /// `SET ROLE`/`SET SESSION AUTHORIZATION` where the policy pins them.
+    Role,
+}
+
+impl PinReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            PinReason::TempTable => "temp_table",
+            PinReason::HoldCursor => "hold_cursor",
+            PinReason::AdvisoryLock => "advisory_lock",
+            PinReason::Load => "load",
+            PinReason::DynamicSetting => "dynamic_setting",
+            PinReason::Role => "role",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    All,
+    Temp,
+    Plans,
+    Sequences,
+}
+
+/// The effects of every statement of `sql`, in order, each with the number of its
+/// statement (from 0): a multi-statement Query's effects stick only as far as its
+/// statements succeed.
+pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
+    for (i, stmt) in statements(sql).enumerate() {
+        statement_effects(stmt, &mut |e| out.push((i, e)));
+    }
+}
+
+/// How many statements `sql` holds (each answered with its own CommandComplete).
+pub fn count(sql: &[u8]) -> usize {
+    statements(sql).count()
+}
+
+fn lower(t: &Token<'_>) -> String {
+    String::from_utf8_lossy(t.text()).to_ascii_lowercase()
+}
+
+/// A name as PostgreSQL folds it: an unquoted word lower-cased, a quoted one as written.
+fn name_of(t: &Token<'_>) -> Option<String> {
+    match t {
+        Token::Word(_) => Some(lower(t)),
+        Token::Quoted(q) => Some(String::from_utf8_lossy(q).replace("\"\"", "\"")),
+        _ => None,
+    }
+}
+
+fn text(stmt: &[u8]) -> String {
+    String::from_utf8_lossy(stmt).into_owned()
+}
+
+/// The effects of one statement.
+pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+    let mut t = Tokens::new(stmt);
+    let Some(first) = t.next() else {
+        return;
+    };
+    let Token::Word(w) = first else {
+        return;
+    };
+    match w.len() {
+        // Dispatch on length first: most statements are none of these.
+        3..=11 => {}
+        _ => return,
+    }
+    let kw = lower(&first);
+    match kw.as_str() {
+        "select" | "with" | "values" => functions(stmt, emit),
+        "set" => set(stmt, t, emit),
+        "reset" => match t.next() {
+            Some(n) if n.is("all") => emit(Effect::ResetAll),
+            Some(n) if n.is("role") => emit(Effect::Reset {
+                name: "role".into(),
+            }),
+            Some(n) if n.is("session") => emit(Effect::Reset {
+                name: "session_authorization".into(),
+            }),
+            Some(n) => {
+                if let Some(name) = dotted_name(n, &mut t) {
+                    emit(Effect::Reset { name })
+                }
+            }
+            None => {}
+        },
+        "prepare" => prepare(stmt, t, emit),
+        "execute" => {
+            if let Some(name) = t.next().as_ref().and_then(name_of) {
+                emit(Effect::Execute { name });
+            }
+        }
+        "deallocate" => {
+            let mut n = t.next();
+            if n.is_some_and(|n| n.is("prepare")) {
+                n = t.next();
+            }
+            match n {
+                Some(n) if n.is("all") => emit(Effect::Deallocate { name: None }),
+                Some(n) => {
+                    if let Some(name) = name_of(&n) {
+                        emit(Effect::Deallocate { name: Some(name) })
+                    }
+                }
+                None => {}
+            }
+        }
+        "create" => create(t, emit),
+        "declare" => declare(t, emit),
+        "close" => match t.next() {
+            Some(n) if n.is("all") => emit(Effect::Close { name: None }),
+            Some(n) => emit(Effect::Close { name: name_of(&n) }),
+            None => {}
+        },
+        "load" => emit(Effect::Pin(PinReason::Load)),
+        "discard" => {
+            let what = match t.next() {
+                Some(n) if n.is("all") => Discard::All,
+                Some(n) if n.is("temp") || n.is("temporary") => Discard::Temp,
+                Some(n) if n.is("plans") => Discard::Plans,
+                Some(n) if n.is("sequences") => Discard::Sequences,
+                _ => return,
+            };
+            emit(Effect::Discard(what));
+        }
+        "listen" => {
+            if let Some(channel) = t.next().as_ref().and_then(name_of) {
+                emit(Effect::Listen { channel });
+            }
+        }
+        "unlisten" => match t.next() {
+            Some(Token::Other(b"*")) => emit(Effect::Unlisten { channel: None }),
+            Some(n) => {
+                if let Some(channel) = name_of(&n) {
+                    emit(Effect::Unlisten {
+                        channel: Some(channel),
+                    })
+                }
+            }
+            None => {}
+        },
+        "begin" | "start" => emit(Effect::Begin),
+        "commit" | "end" => emit(Effect::Commit),
+        "abort" => emit(Effect::Rollback),
+        "rollback" => match t.next() {
+            Some(n) if n.is("to") => {
+                let mut n = t.next();
+                if n.is_some_and(|n| n.is("savepoint")) {
+                    n = t.next();
+                }
+                if let Some(name) = n.as_ref().and_then(name_of) {
+                    emit(Effect::RollbackTo { name });
+                }
+            }
+            Some(n) if n.is("prepared") => {}
+            _ => emit(Effect::Rollback),
+        },
+        "savepoint" => {
+            if let Some(name) = t.next().as_ref().and_then(name_of) {
+                emit(Effect::Savepoint { name });
+            }
+        }
+        "release" => {
+            let mut n = t.next();
+            if n.is_some_and(|n| n.is("savepoint")) {
+                n = t.next();
+            }
+            if let Some(name) = n.as_ref().and_then(name_of) {
+                emit(Effect::Release { name });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A possibly qualified setting name (`a.b`), lower-cased.
+fn dotted_name(first: Token<'_>, t: &mut Tokens<'_>) -> Option<String> {
+    let mut name = name_of(&first)?;
+    let mut peek = t.clone();
+    while peek.next() == Some(Token::Punct(b'.')) {
+        let part = peek.next().as_ref().and_then(name_of)?;
+        name.push('.');
+        name.push_str(&part);
+        *t = peek.clone();
+    }
+    Some(name)
+}
+
+/// `SET [SESSION | LOCAL] ...`.
+fn set(stmt: &[u8], mut t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let Some(mut n) = t.next() else {
+        return;
+    };
+    if n.is("local") || n.is("transaction") {
+        emit(Effect::Local);
+        return;
+    }
+    if n.is("session") {
+        match t.next() {
+            Some(m) if m.is("characteristics") => {
+                emit(Effect::Set {
+                    name: "session characteristics".into(),
+                    replay: text(stmt),
+                });
+                return;
+            }
+            Some(m) if m.is("authorization") => {
+                setting_as_written(stmt, "session_authorization", t, emit);
+                return;
+            }
+            Some(m) => n = m,
+            None => return,
+        }
+    }
+    if n.is("role") {
+        setting_as_written(stmt, "role", t, emit);
+        return;
+    }
+    if n.is("time") {
+        // SET TIME ZONE value
+        setting_as_written(stmt, "timezone", t, emit);
+        return;
+    }
+    if n.is("names") {
+        setting_as_written(stmt, "client_encoding", t, emit);
+        return;
+    }
+    let Some(name) = dotted_name(n, &mut t) else {
+        return;
+    };
+    match t.next() {
+        Some(x) if x.is("to") || x == Token::Punct(b'=') => {}
+        // SET name FROM CURRENT: the value is this server's; replayed as written.
+        Some(x) if x.is("from") => {}
+        _ => return,
+    }
+    let mut rest = t.clone();
+    if rest.next().is_some_and(|v| v.is("default")) && rest.next().is_none() {
+        emit(Effect::Reset { name });
+        return;
+    }
+    emit(Effect::Set {
+        name,
+        replay: text(stmt),
+    });
+}
+
+/// A setting replayed by its statement as written (`SET ROLE x`, `SET TIME ZONE x`); `TO
+/// DEFAULT`, `NONE` and `LOCAL` (of a time zone) reset it.
+fn setting_as_written(stmt: &[u8], name: &str, mut t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let mut rest = t.clone();
+    let value = rest.next();
+    let resets = value.is_some_and(|v| v.is("default") || v.is("none"))
+        || (name == "timezone" && value.is_some_and(|v| v.is("local")));
+    if resets && rest.next().is_none() {
+        emit(Effect::Reset { name: name.into() });
+        return;
+    }
+    if t.next().is_none() {
+        return;
+    }
+    emit(Effect::Set {
+        name: name.into(),
+        replay: text(stmt),
+    });
+}
+
+/// `PREPARE name [(types)] AS statement`.
+fn prepare(stmt: &[u8], mut t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let Some(name) = t.next().as_ref().and_then(name_of) else {
+        return;
+    };
+    if name == "transaction" {
+        // PREPARE TRANSACTION 'id': two-phase commit, not a statement.
+        return;
+    }
+    emit(Effect::Prepare {
+        name,
+        sql: text(stmt),
+    });
+}
+
+/// `CREATE [GLOBAL | LOCAL] {TEMP | TEMPORARY} ...` (tables, views, sequences).
+fn create(mut t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let mut n = t.next();
+    if n.is_some_and(|n| n.is("global") || n.is("local")) {
+        n = t.next();
+    }
+    if n.is_some_and(|n| n.is("temp") || n.is("temporary")) {
+        emit(Effect::Pin(PinReason::TempTable));
+    }
+}
+
+/// `DECLARE name [BINARY] [ASENSITIVE | INSENSITIVE] [[NO] SCROLL] CURSOR WITH HOLD ...`.
+fn declare(t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let mut seen_cursor = false;
+    let mut previous_with = false;
+    for tok in t.take(12) {
+        if tok.is("cursor") {
+            seen_cursor = true;
+        } else if seen_cursor && previous_with && tok.is("hold") {
+            emit(Effect::Pin(PinReason::HoldCursor));
+            return;
+        } else if tok.is("for") && seen_cursor {
+            return;
+        }
+        previous_with = tok.is("with");
+    }
+}
+
+/// The functions of a `SELECT` (or `WITH`, `VALUES`) that change a session, and `SELECT ...
+/// INTO TEMP`. Scanned only when the text names one of them.
+fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+    let lowered;
+    let text: &[u8] = if stmt.iter().any(u8::is_ascii_uppercase) {
+        lowered = stmt.to_ascii_lowercase();
+        &lowered
+    } else {
+        stmt
+    };
+    let has = |needle: &[u8]| memchr::memmem::find(text, needle).is_some();
+    if !(has(b"set_config") || has(b"advisory") || has(b"into")) {
+        return;
+    }
+    let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
+    for (i, tok) in tokens.iter().enumerate() {
+        // A quoted name is the function only as written in lower case.
+        let lw = match tok {
+            Token::Word(w) => w.to_ascii_lowercase(),
+            Token::Quoted(q) => q.to_vec(),
+            _ => continue,
+        };
+        let called = tokens.get(i + 1) == Some(&Token::Punct(b'('));
+        match lw.as_slice() {
+            b"set_config" if called => set_config(&tokens[i + 2..], emit),
+            b"pg_advisory_lock"
+            | b"pg_advisory_lock_shared"
+            | b"pg_try_advisory_lock"
+            | b"pg_try_advisory_lock_shared"
+                if called =>
+            {
+                emit(Effect::Pin(PinReason::AdvisoryLock))
+            }
+            b"pg_advisory_unlock_all" if called => emit(Effect::UnlockAll),
+            b"into" if matches!(tok, Token::Word(_)) => {
+                let next = tokens.get(i + 1);
+                let next2 = tokens.get(i + 2);
+                let temp =
+                    |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("temp") || t.is("temporary"));
+                let scope =
+                    |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("global") || t.is("local"));
+                if temp(next) || (scope(next) && temp(next2)) {
+                    emit(Effect::Pin(PinReason::TempTable));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `set_config(name, value, is_local)` from its arguments: literal name and value with a
+/// literal `false` are a setting; `true` is transaction-local; anything else (a parameter,
+/// an expression) cannot be read, so the client is pinned.
+fn set_config(args: &[Token<'_>], emit: &mut dyn FnMut(Effect)) {
+    let lit = |t: Option<&Token<'_>>| match t {
+        Some(Token::Str(s)) if s.first() == Some(&b'\'') && s.len() >= 2 => {
+            Some(String::from_utf8_lossy(&s[1..s.len() - 1]).replace("''", "'"))
+        }
+        _ => None,
+    };
+    let (name, comma1, value, comma2, local, close) = (
+        lit(args.first()),
+        args.get(1),
+        lit(args.get(2)),
+        args.get(3),
+        args.get(4),
+        args.get(5),
+    );
+    let shaped = comma1 == Some(&Token::Punct(b','))
+        && comma2 == Some(&Token::Punct(b','))
+        && close == Some(&Token::Punct(b')'));
+    match (name, value, local) {
+        (Some(name), Some(value), Some(l)) if shaped && l.is("false") => {
+            let name = name.to_ascii_lowercase();
+            let replay = format!(
+                "SELECT pg_catalog.set_config({}, {}, false)",
+                quote(&name),
+                quote(&value)
+            );
+            emit(Effect::Set { name, replay });
+        }
+        (_, _, Some(l)) if shaped && l.is("true") => emit(Effect::Local),
+        _ => emit(Effect::Pin(PinReason::DynamicSetting)),
+    }
+}
+
+/// An SQL string literal (`E''`, so backslashes mean the same whatever the settings).
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 3);
+    out.push_str("E'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! The classifier on the statement shapes that matter, and on look-alikes that must not.
+
+use super::*;
+
+fn all(sql: &str) -> Vec<(usize, Effect)> {
+    let mut out = Vec::new();
+    effects(sql.as_bytes(), &mut out);
+    out
+}
+
+fn one(sql: &str) -> Option<Effect> {
+    let mut e = all(sql);
+    assert!(e.len() <= 1, "{sql}: {e:?}");
+    e.pop().map(|(_, e)| e)
+}
+
+fn set(name: &str, replay: &str) -> Option<Effect> {
+    Some(Effect::Set {
+        name: name.into(),
+        replay: replay.into(),
+    })
+}
+
+#[test]
+fn settings_and_their_replay() {
+    assert_eq!(
+        one("SET search_path TO a, \"B\""),
+        set("search_path", "SET search_path TO a, \"B\"")
+    );
+    assert_eq!(
+        one("set SESSION work_mem = '8MB'"),
+        set("work_mem", "set SESSION work_mem = '8MB'")
+    );
+    assert_eq!(
+        one("SET myapp.user_id = 7"),
+        set("myapp.user_id", "SET myapp.user_id = 7")
+    );
+    assert_eq!(
+        one("SET TIME ZONE 'Europe/Rome'"),
+        set("timezone", "SET TIME ZONE 'Europe/Rome'")
+    );
+    assert_eq!(
+        one("SET ROLE app_reader"),
+        set("role", "SET ROLE app_reader")
+    );
+    assert_eq!(
+        one("SET SESSION AUTHORIZATION app"),
+        set("session_authorization", "SET SESSION AUTHORIZATION app")
+    );
+    assert_eq!(
+        one("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
+        set(
+            "session characteristics",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+        )
+    );
+    assert_eq!(
+        one("SET work_mem TO DEFAULT"),
+        Some(Effect::Reset {
+            name: "work_mem".into()
+        })
+    );
+    assert_eq!(
+        one("SET ROLE NONE"),
+        Some(Effect::Reset {
+            name: "role".into()
+        })
+    );
+    assert_eq!(
+        one("RESET search_path"),
+        Some(Effect::Reset {
+            name: "search_path".into()
+        })
+    );
+    assert_eq!(
+        one("RESET ROLE"),
+        Some(Effect::Reset {
+            name: "role".into()
+        })
+    );
+    assert_eq!(one("reset all"), Some(Effect::ResetAll));
+    assert_eq!(one("SET LOCAL work_mem = '1MB'"), Some(Effect::Local));
+    assert_eq!(
+        one("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Some(Effect::Local)
+    );
+    assert_eq!(
+        one("select set_config('search_path', 'x, y', false)"),
+        set(
+            "search_path",
+            "SELECT pg_catalog.set_config(E'search_path', E'x, y', false)"
+        )
+    );
+    assert_eq!(
+        one("SELECT set_config('a.b', 'v', true)"),
+        Some(Effect::Local)
+    );
+    assert_eq!(
+        one("SELECT pg_catalog.\"set_config\"('a.b', 'v', false)"),
+        set("a.b", "SELECT pg_catalog.set_config(E'a.b', E'v', false)")
+    );
+    assert_eq!(
+        one("SELECT set_config($1, $2, false)"),
+        Some(Effect::Pin(PinReason::DynamicSetting))
+    );
+}
+
+#[test]
+fn state_that_pins_and_what_ends_it() {
+    let pin = |r| Some(Effect::Pin(r));
+    assert_eq!(
+        one("CREATE TEMP TABLE t (n int)"),
+        pin(PinReason::TempTable)
+    );
+    assert_eq!(
+        one("create local temporary table t as select 1"),
+        pin(PinReason::TempTable)
+    );
+    assert_eq!(one("SELECT 1 AS n INTO TEMP t"), pin(PinReason::TempTable));
+    assert_eq!(
+        one("SELECT 1 INTO TEMPORARY TABLE t"),
+        pin(PinReason::TempTable)
+    );
+    assert_eq!(
+        one("DECLARE c CURSOR WITH HOLD FOR SELECT 1"),
+        pin(PinReason::HoldCursor)
+    );
+    assert_eq!(
+        one("declare c no scroll cursor with hold for select 1"),
+        pin(PinReason::HoldCursor)
+    );
+    assert_eq!(one("DECLARE c CURSOR FOR SELECT 1"), None);
+    assert_eq!(one("DECLARE c CURSOR WITHOUT HOLD FOR SELECT 1"), None);
+    assert_eq!(
+        one("SELECT pg_advisory_lock(1)"),
+        pin(PinReason::AdvisoryLock)
+    );
+    assert_eq!(
+        one("select pg_try_advisory_lock_shared(1, 2)"),
+        pin(PinReason::AdvisoryLock)
+    );
+    assert_eq!(one("SELECT pg_advisory_xact_lock(1)"), None);
+    assert_eq!(
+        one("SELECT pg_advisory_unlock_all()"),
+        Some(Effect::UnlockAll)
+    );
+    assert_eq!(one("LOAD 'auto_explain'"), pin(PinReason::Load));
+    assert_eq!(one("DISCARD ALL"), Some(Effect::Discard(Discard::All)));
+    assert_eq!(
+        one("discard temporary"),
+        Some(Effect::Discard(Discard::Temp))
+    );
+    assert_eq!(
+        one("CLOSE c"),
+        Some(Effect::Close {
+            name: Some("c".into())
+        })
+    );
+    assert_eq!(one("CLOSE ALL"), Some(Effect::Close { name: None }));
+}
+
+#[test]
+fn prepared_statements_listen_and_transactions() {
+    assert_eq!(
+        one("PREPARE q (int) AS SELECT $1"),
+        Some(Effect::Prepare {
+            name: "q".into(),
+            sql: "PREPARE q (int) AS SELECT $1".into()
+        })
+    );
+    assert_eq!(one("PREPARE TRANSACTION 'x'"), None);
+    assert_eq!(
+        one("EXECUTE Q(1)"),
+        Some(Effect::Execute { name: "q".into() })
+    );
+    assert_eq!(
+        one("DEALLOCATE PREPARE q"),
+        Some(Effect::Deallocate {
+            name: Some("q".into())
+        })
+    );
+    assert_eq!(
+        one("deallocate all"),
+        Some(Effect::Deallocate { name: None })
+    );
+    assert_eq!(
+        one("LISTEN \"Ch\""),
+        Some(Effect::Listen {
+            channel: "Ch".into()
+        })
+    );
+    assert_eq!(one("UNLISTEN *"), Some(Effect::Unlisten { channel: None }));
+    assert_eq!(
+        one("unlisten ch"),
+        Some(Effect::Unlisten {
+            channel: Some("ch".into())
+        })
+    );
+    assert_eq!(one("BEGIN"), Some(Effect::Begin));
+    assert_eq!(one("start transaction read only"), Some(Effect::Begin));
+    assert_eq!(one("END"), Some(Effect::Commit));
+    assert_eq!(
+        one("ROLLBACK TO SAVEPOINT s"),
+        Some(Effect::RollbackTo { name: "s".into() })
+    );
+    assert_eq!(
+        one("rollback to s"),
+        Some(Effect::RollbackTo { name: "s".into() })
+    );
+    assert_eq!(one("ROLLBACK PREPARED 'x'"), None);
+    assert_eq!(one("ABORT"), Some(Effect::Rollback));
+    assert_eq!(one("release s"), Some(Effect::Release { name: "s".into() }));
+}
+
+/// Nothing in a literal, a comment, an identifier or a column value is read as state.
+#[test]
+fn look_alikes_are_not_state() {
+    for sql in [
+        "SELECT 'SET search_path TO a'",
+        "select $$; create temp table t()$$",
+        "-- SET x = 1\nSELECT 1",
+        "/* LISTEN x; */ SELECT 1",
+        "SELECT \"SET_CONFIG\"('a', 'b', false) FROM t",
+        "SELECT * FROM pg_advisory_locks",
+        "SELECT into_total FROM t",
+        "UPDATE t SET search_path = 'x'",
+        "INSERT INTO temp VALUES (1)",
+        "SELECT 'pg_advisory_lock(1)'",
+        "SELECT E'it\\'s; DISCARD ALL'",
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 7",
+    ] {
+        assert_eq!(all(sql), vec![], "{sql}");
+    }
+}
+
+#[test]
+fn multi_statement_queries_number_their_effects() {
+    assert_eq!(
+        all("SELECT 1; SET a.b = 1; select 'x;'; RESET ALL"),
+        vec![
+            (
+                1,
+                Effect::Set {
+                    name: "a.b".into(),
+                    replay: "SET a.b = 1".into()
+                }
+            ),
+            (3, Effect::ResetAll)
+        ]
+    );
+    assert_eq!(count(b"select 1; select ';' ;"), 2);
+}
