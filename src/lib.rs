@@ -4,7 +4,8 @@
 //! connection from the pooler to PostgreSQL; a *pool* holds the servers of one
 //! (database, user). Layers, lowest first: `protocol` (sans-IO codec), `config`, `params`,
 //! `prepared`, `events`; `server` (one PostgreSQL connection); `pool`; `client` (one task per
-//! client); `app` (listener and composition root).
+//! client); `app` (listener and composition root). `sim` (feature `sim`) holds the
+//! deterministic simulation's model PostgreSQL and client programs; nothing else imports it.
 
 pub mod admin;
 pub mod app;
@@ -27,3 +28,5 @@ pub mod resilience;
 pub mod server;
 pub mod session_state;
 pub mod shared;
+#[cfg(feature = "sim")]
+pub mod sim;
