@@ -118,6 +118,16 @@ impl ClientStatements {
         self.map.remove(name)
     }
 
+    /// Forgets that statement `id`'s Parse failed (its Close ran: nothing can bring it back).
+    pub fn forget_rejected(&mut self, id: u64) {
+        self.rejected.retain(|(r, _)| *r != id);
+    }
+
+    /// Whether statement `id`'s Parse failed (or was skipped) after the client closed it.
+    pub fn is_rejected(&self, id: u64) -> bool {
+        self.rejected.iter().any(|(r, _)| *r == id)
+    }
+
     /// Puts back a statement whose Close the server skipped, unless the name was reused.
     pub fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
         let kept = match self.rejected.iter().position(|(id, _)| *id == kept.id) {
@@ -311,6 +321,11 @@ impl ServerStatements {
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The server names of the copies held (the simulation checks each exists there).
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.map.keys().map(|k| k.as_ref())
     }
 
     /// The least recently used statement, to close before adding one beyond the bound;

@@ -232,8 +232,10 @@ impl Relay {
         io: &mut I,
     ) -> Result<(Step, Option<Bytes>), ServerFault> {
         let body = || msg.map_or(&[][..], |m| &m[frame::HEADER_LEN..]);
+        let mut fatal = false;
         if let Some(m) = msg.filter(|_| tag == b::ERROR_RESPONSE_TAG) {
             let signs = error_signs(&m[frame::HEADER_LEN..]);
+            fatal = signs.fatal;
             self.batch.server_fatal |= signs.fatal;
             // Checked at release, where the pool knows whether it needs writes.
             srv.read_only_error |= signs.read_only;
@@ -281,8 +283,12 @@ impl Relay {
         let failed = tag == b::ERROR_RESPONSE_TAG;
         let mut substitute = None;
         if let Some(done) = step.completed.take() {
+            // A FATAL ends the session whatever it met: it is the client's to see, never
+            // replaced by the pooler's own answer to the request in front.
             if let Owed::Substitute { error, .. } = &done {
-                substitute = Some(error.clone());
+                if !fatal {
+                    substitute = Some(error.clone());
+                }
             }
             settle(&mut self.statements, &mut srv.statements, done, failed);
         }

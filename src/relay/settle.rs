@@ -32,12 +32,23 @@ pub(super) fn settle(
         // A Close the server skipped: the copy is still there.
         // Entries settle in order, so a Parse sent after this Close settles after it.
         Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
-        // A client's Close the server skipped: the statement and its copy are still there.
+        // A client's Close the server skipped: the statement and its copy are still there,
+        // unless that copy's own Parse was skipped too (the server never made it).
         Owed::ClientClose { name, kept, had } if failed => {
-            if let Some(id) = had {
+            let never_made = client.is_rejected(kept.id);
+            if let Some(id) = had.filter(|&id| !(never_made && id == kept.id)) {
                 server.add(kept.server_name.clone(), id);
             }
             client.restore(&name, kept);
+        }
+        // A client's Close that ran: whatever the name held before it is gone from the
+        // server, also a copy an earlier failed Parse's settlement brought back (copies of
+        // later Parses, with higher ids, were made after it and stay).
+        Owed::ClientClose { kept, .. } => {
+            if server.holds(&kept.server_name).is_some_and(|id| id <= kept.id) {
+                server.remove(&kept.server_name);
+            }
+            client.forget_rejected(kept.id);
         }
         _ => {}
     }

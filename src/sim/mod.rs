@@ -6,5 +6,10 @@
 //! the bytes fed in and the seed, so a failing seed replays exactly.
 
 pub mod direct;
+pub mod explore;
+pub mod harness;
 pub mod model;
 pub mod program;
+
+#[cfg(test)]
+mod tests;

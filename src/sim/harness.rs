@@ -1,0 +1,761 @@
+//! The deterministic simulation of the relay: several clients, each a [`Relay`] driven as
+//! the session task drives it, a pool of model PostgreSQL servers, and a seeded scheduler
+//! that interleaves every step (a client's bytes reaching the pooler, the pooler's bytes
+//! reaching a server, a server's answer coming back) and splits every message at random
+//! byte boundaries. The oracle: every client receives exactly what it receives running its
+//! program directly against the model ([`super::direct`]); after every step the invariants
+//! hold (no server back in the pool with replies owed or a transaction open, no statement
+//! the relay believes a server holds missing there, the relay's buffers within their
+//! bounds). A failing run names its seed and, shrunk, the program that fails.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::direct::{self, DirectRun};
+use super::model::{ModelDb, ModelServer};
+use super::program::{ClientProgram, End, Program, Rules};
+use crate::config::{Config, PoolMode};
+use crate::events::{EventLevel, Events};
+use crate::metrics::Metrics;
+use crate::params::ClientParams;
+use crate::protocol::frame::{self, Frame};
+use crate::protocol::{backend, frontend, sqlstate};
+use crate::relay::{Io, Next, Policy, Relay};
+use crate::server::ServerState;
+
+/// A pooling setup the simulation runs programs through.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub name: &'static str,
+    pub mode: PoolMode,
+    pub track: bool,
+    pub pool_size: usize,
+    pub rules: Rules,
+}
+
+/// The differential test's six setups, plus a pool of one for the tracked modes.
+pub const SETUPS: &[Setup] = &[
+    Setup {
+        name: "session",
+        mode: PoolMode::Session,
+        track: false,
+        pool_size: 2,
+        rules: Rules::session(3).small(),
+    },
+    Setup {
+        name: "transaction",
+        mode: PoolMode::Transaction,
+        track: false,
+        pool_size: 2,
+        rules: Rules::transaction(false, 3).small(),
+    },
+    Setup {
+        name: "transaction-tracked",
+        mode: PoolMode::Transaction,
+        track: true,
+        pool_size: 2,
+        rules: Rules::transaction(true, 3).small(),
+    },
+    Setup {
+        name: "transaction-tracked-pool-1",
+        mode: PoolMode::Transaction,
+        track: true,
+        pool_size: 1,
+        rules: Rules::transaction(true, 3).small(),
+    },
+    Setup {
+        name: "statement",
+        mode: PoolMode::Statement,
+        track: false,
+        pool_size: 2,
+        rules: Rules::statement(false, 3).small(),
+    },
+    Setup {
+        name: "statement-tracked",
+        mode: PoolMode::Statement,
+        track: true,
+        pool_size: 2,
+        rules: Rules::statement(true, 3).small(),
+    },
+];
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub client: Option<usize>,
+    pub what: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.client {
+            Some(c) => write!(f, "client {c}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+fn fail(client: Option<usize>, what: impl Into<String>) -> Failure {
+    Failure {
+        client,
+        what: what.into(),
+    }
+}
+
+/// What a run did, for the throughput report.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub steps: u64,
+    pub clients: u64,
+}
+
+/// The virtual clock: every step advances it a little.
+struct Clock {
+    base: Instant,
+    offset: Duration,
+}
+
+/// The relay's I/O in the simulation: the virtual clock, and a client socket that takes a
+/// random part of what it is offered (the rest the relay copies, as with a full socket).
+struct SimIo<'a> {
+    clock: &'a Clock,
+    rng: &'a mut StdRng,
+    received: &'a mut BytesMut,
+}
+
+impl Io for SimIo<'_> {
+    fn now(&mut self) -> Instant {
+        self.clock.base + self.clock.offset
+    }
+
+    fn direct(&self) -> bool {
+        true
+    }
+
+    fn offer_client(&mut self, bytes: &[u8]) -> usize {
+        let n = match self.rng.gen_range(0..4) {
+            0 => 0,
+            1 => self.rng.gen_range(0..=bytes.len()),
+            _ => bytes.len(),
+        };
+        self.received.extend_from_slice(&bytes[..n]);
+        n
+    }
+}
+
+/// One server connection of the pool: what the relay sees of it, the model behind it, and
+/// the bytes in flight either way.
+struct SimServer {
+    state: ServerState,
+    model: ModelServer,
+    to_model: BytesMut,
+    from_model: BytesMut,
+    holder: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Writing (or about to write) its program.
+    Running,
+    /// Its message in front needs a server and the pool has none free.
+    WaitingServer,
+    /// Sent Terminate, or its session ended.
+    Done,
+}
+
+/// One client: its relay, its program and what it has received.
+struct SimClient<'p> {
+    relay: Relay,
+    program: &'p ClientProgram,
+    expected: DirectRun,
+    next_write: usize,
+    /// Bytes written by the client and not yet read by the pooler.
+    outbox: BytesMut,
+    /// Bytes the client received and has not cut into messages yet, and the messages.
+    received: BytesMut,
+    frames: Vec<Frame>,
+    /// Messages the client waits for before its next write.
+    wait_for: usize,
+    server: Option<usize>,
+    phase: Phase,
+}
+
+/// One simulation run of a program through a setup.
+pub struct Sim<'p> {
+    setup: Setup,
+    rng: StdRng,
+    clock: Clock,
+    db: ModelDb,
+    servers: Vec<SimServer>,
+    idle: Vec<usize>,
+    waiters: VecDeque<usize>,
+    /// Clients handed a server while they waited: their message in front runs next.
+    resume: Vec<usize>,
+    clients: Vec<SimClient<'p>>,
+    steps: u64,
+}
+
+/// The metrics every simulation reports to (the registry is costly to build, and nothing
+/// reads it).
+fn metrics() -> Arc<Metrics> {
+    thread_local! {
+        static METRICS: Arc<Metrics> = Arc::new(Metrics::new());
+    }
+    METRICS.with(Arc::clone)
+}
+
+/// The most steps a run may take before it counts as stuck.
+const MAX_STEPS: u64 = 200_000;
+
+/// Runs `program` through `setup` with the schedule of `seed`.
+pub fn run(setup: &Setup, program: &Program, seed: u64) -> Result<Stats, Failure> {
+    let expected = direct::run_program(program);
+    let mut sim = Sim::new(setup, program, expected, seed);
+    sim.run()?;
+    Ok(Stats {
+        steps: sim.steps,
+        clients: program.clients.len() as u64,
+    })
+}
+
+impl<'p> Sim<'p> {
+    fn new(setup: &Setup, program: &'p Program, expected: Vec<DirectRun>, seed: u64) -> Self {
+        let mut cfg = Config::default();
+        cfg.pool.track_prepared = setup.track;
+        cfg.pool.size = setup.pool_size;
+        // Small buffers, so that large values go through the pieces path.
+        cfg.client.buffer_size = 8 * 1024;
+        let policy = Policy::new(&cfg, setup.mode);
+        let events = Events::new(EventLevel::Off);
+        let clients = program
+            .clients
+            .iter()
+            .zip(expected)
+            .enumerate()
+            .map(|(i, (p, expected))| SimClient {
+                relay: Relay::new(
+                    i as u64 + 1,
+                    ClientParams::default(),
+                    policy,
+                    BytesMut::new(),
+                    metrics(),
+                    events,
+                ),
+                program: p,
+                expected,
+                next_write: 0,
+                outbox: BytesMut::new(),
+                received: BytesMut::new(),
+                frames: Vec::new(),
+                wait_for: 0,
+                server: None,
+                phase: Phase::Running,
+            })
+            .collect();
+        Sim {
+            setup: *setup,
+            rng: StdRng::seed_from_u64(seed),
+            clock: Clock {
+                base: Instant::now(),
+                offset: Duration::ZERO,
+            },
+            db: direct::database(program.clients.len()),
+            servers: Vec::new(),
+            idle: Vec::new(),
+            waiters: VecDeque::new(),
+            resume: Vec::new(),
+            clients,
+            steps: 0,
+        }
+    }
+
+    fn run(&mut self) -> Result<(), Failure> {
+        loop {
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                return Err(fail(None, "more steps than a program needs: a livelock"));
+            }
+            self.clock.offset += Duration::from_micros(self.rng.gen_range(1..500));
+            let actions = self.actions();
+            if actions.is_empty() {
+                return self.at_rest();
+            }
+            let a = actions[self.rng.gen_range(0..actions.len())];
+            self.step(a)?;
+            self.check_invariants()?;
+        }
+    }
+
+    /// What can happen now.
+    fn actions(&self) -> Vec<Action> {
+        let mut out: Vec<Action> = self.resume.iter().map(|&c| Action::Resume(c)).collect();
+        for (i, c) in self.clients.iter().enumerate() {
+            if c.phase == Phase::Done {
+                continue;
+            }
+            let room = match c.phase {
+                // Waiting for a server, the driver reads on while the buffer has room.
+                Phase::WaitingServer => c.relay.client_has_room(),
+                _ => c.relay.wants_client(),
+            };
+            if !c.outbox.is_empty() && room {
+                out.push(Action::ClientBytes(i));
+            }
+            if c.outbox.is_empty() && c.frames.len() >= c.wait_for && c.phase == Phase::Running {
+                out.push(Action::ClientWrites(i));
+            }
+        }
+        for (s, srv) in self.servers.iter().enumerate() {
+            if !srv.to_model.is_empty() {
+                out.push(Action::ToModel(s));
+            }
+            if !srv.from_model.is_empty() && srv.holder.is_some() {
+                out.push(Action::FromModel(s));
+            }
+        }
+        out
+    }
+
+    fn step(&mut self, a: Action) -> Result<(), Failure> {
+        match a {
+            Action::Resume(c) => {
+                self.resume.retain(|&r| r != c);
+                self.drive_client(c)
+            }
+            Action::ClientWrites(c) => self.client_writes(c),
+            Action::ClientBytes(c) => {
+                let cl = &mut self.clients[c];
+                let n = self.rng.gen_range(1..=cl.outbox.len());
+                let bytes = cl.outbox.split_to(n);
+                cl.relay.client_in().extend_from_slice(&bytes);
+                if cl.phase == Phase::WaitingServer {
+                    return Ok(());
+                }
+                self.drive_client(c)
+            }
+            Action::ToModel(s) => {
+                let srv = &mut self.servers[s];
+                let n = self.rng.gen_range(1..=srv.to_model.len());
+                let bytes = srv.to_model.split_to(n);
+                srv.model.feed(&mut self.db, &bytes, &mut srv.from_model);
+                Ok(())
+            }
+            Action::FromModel(s) => {
+                let srv = &mut self.servers[s];
+                let n = self.rng.gen_range(1..=srv.from_model.len());
+                let bytes = srv.from_model.split_to(n);
+                srv.state.rbuf.extend_from_slice(&bytes);
+                let c = srv.holder.expect("only a held server's answer is read");
+                self.drive_server(c, s)
+            }
+        }
+    }
+
+    /// The client writes its next write (and the fence after it), or Terminate at the end.
+    fn client_writes(&mut self, c: usize) -> Result<(), Failure> {
+        let cl = &mut self.clients[c];
+        let Some(w) = cl.program.writes.get(cl.next_write) else {
+            frontend::terminate(&mut cl.outbox);
+            cl.wait_for = usize::MAX;
+            cl.next_write += 1;
+            return Ok(());
+        };
+        w.encode(&mut cl.outbox);
+        let flushes = cl.program.writes[..cl.next_write]
+            .iter()
+            .filter(|w| w.end == End::Flush)
+            .count();
+        let wait_for = match w.end {
+            End::Flush => cl.expected.after_flush.get(flushes).copied().unwrap_or(0),
+            End::Fence => self.fence_count(c),
+        };
+        let cl = &mut self.clients[c];
+        cl.wait_for = wait_for;
+        cl.next_write += 1;
+        Ok(())
+    }
+
+    /// How many messages the client has once its current fence is answered: the direct
+    /// run's count at the fence's ReadyForQuery.
+    fn fence_count(&self, c: usize) -> usize {
+        let cl = &self.clients[c];
+        let fences = cl.program.writes[..cl.next_write + 1]
+            .iter()
+            .filter(|w| w.end == End::Fence)
+            .count();
+        let mut seen = 0;
+        for (i, f) in cl.expected.messages.iter().enumerate() {
+            if f.tag == backend::EMPTY_QUERY_RESPONSE_TAG {
+                seen += 1;
+                if seen == fences {
+                    return i + 2;
+                }
+            }
+        }
+        cl.expected.messages.len()
+    }
+
+    /// Feeds what the client sent to its relay, doing what the relay asks, as the session
+    /// task does (`client::session::Session::on_client`).
+    fn drive_client(&mut self, c: usize) -> Result<(), Failure> {
+        loop {
+            let next = {
+                let Sim {
+                    clients,
+                    servers,
+                    rng,
+                    clock,
+                    ..
+                } = self;
+                let cl = &mut clients[c];
+                let srv = cl.server.map(|s| &mut servers[s].state);
+                let mut io = SimIo {
+                    clock,
+                    rng,
+                    received: &mut cl.received,
+                };
+                cl.relay
+                    .on_client(srv, &mut io)
+                    .map_err(|e| fail(Some(c), format!("the relay ended the session: {e}")))?
+            };
+            match next {
+                Next::Done => break,
+                Next::FlushServer => self.flush_server(c),
+                Next::Quit => {
+                    self.flush_server(c);
+                    self.flush_client(c)?;
+                    self.end_session(c);
+                    return Ok(());
+                }
+                Next::NeedServer { .. } => {
+                    if !self.take_server(c) {
+                        self.clients[c].phase = Phase::WaitingServer;
+                        self.waiters.push_back(c);
+                        return self.finish_round(c);
+                    }
+                }
+            }
+        }
+        self.finish_round(c)
+    }
+
+    /// Feeds what server `s` sent to its holder `c`'s relay.
+    fn drive_server(&mut self, c: usize, s: usize) -> Result<(), Failure> {
+        {
+            let Sim {
+                clients,
+                servers,
+                rng,
+                clock,
+                ..
+            } = self;
+            let cl = &mut clients[c];
+            let mut io = SimIo {
+                clock,
+                rng,
+                received: &mut cl.received,
+            };
+            cl.relay
+                .on_server(&mut servers[s].state, &mut io)
+                .map_err(|e| fail(Some(c), format!("server fault: {e}")))?;
+        }
+        self.finish_round(c)?;
+        if self.servers[s].model.is_closed()
+            && self.servers[s].from_model.is_empty()
+            && self.servers[s].holder == Some(c)
+        {
+            return self.server_gone(c, s);
+        }
+        if self.clients[c].relay.client_pending() > 0 && self.clients[c].phase == Phase::Running {
+            return self.drive_client(c);
+        }
+        Ok(())
+    }
+
+    /// The held server closed (after a FATAL): the session ends, with 08006 unless the
+    /// client already has the server's own FATAL.
+    fn server_gone(&mut self, c: usize, s: usize) -> Result<(), Failure> {
+        let cl = &mut self.clients[c];
+        if cl.relay.server_lost_needs_error() {
+            let mut e = crate::relay::error_fields(
+                sqlstate::CONNECTION_FAILURE,
+                "server connection lost".into(),
+            );
+            e.severity = "FATAL".into();
+            backend::error_response(&mut cl.received, &e);
+        }
+        cl.server = None;
+        cl.phase = Phase::Done;
+        {
+            let Sim {
+                clients,
+                rng,
+                clock,
+                ..
+            } = self;
+            let cl = &mut clients[c];
+            let mut io = SimIo {
+                clock,
+                rng,
+                received: &mut cl.received,
+            };
+            cl.relay.finish(None, &mut io);
+        }
+        // The pool discards the dead server: its slot is free for a new one.
+        self.close_server(s);
+        self.cut_frames(c)
+    }
+
+    /// Writes what the relay queued for its server.
+    fn flush_server(&mut self, c: usize) {
+        let cl = &mut self.clients[c];
+        if let Some(s) = cl.server {
+            self.servers[s]
+                .to_model
+                .extend_from_slice(cl.relay.server_out());
+        }
+        cl.relay.server_sent();
+    }
+
+    /// Delivers what the relay queued for its client.
+    fn flush_client(&mut self, c: usize) -> Result<(), Failure> {
+        let cl = &mut self.clients[c];
+        cl.received.extend_from_slice(cl.relay.client_out());
+        cl.relay.client_sent();
+        self.cut_frames(c)
+    }
+
+    fn cut_frames(&mut self, c: usize) -> Result<(), Failure> {
+        let cl = &mut self.clients[c];
+        loop {
+            match frame::cut(&mut cl.received, usize::MAX) {
+                Ok(Some(f)) => cl.frames.push(f),
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(fail(Some(c), format!("client got a broken message: {e}"))),
+            }
+        }
+    }
+
+    /// The end of a round (`Session::finish_round`): the server's bytes out, the server
+    /// back to the pool when the relay says so, the client's bytes out.
+    fn finish_round(&mut self, c: usize) -> Result<(), Failure> {
+        self.flush_server(c);
+        self.maybe_release(c);
+        self.clients[c].relay.end_round();
+        self.flush_client(c)
+    }
+
+    fn maybe_release(&mut self, c: usize) {
+        let Some(s) = self.clients[c].server else {
+            return;
+        };
+        if !self.clients[c].relay.release_ready(&self.servers[s].state) {
+            return;
+        }
+        let Sim {
+            clients,
+            servers,
+            rng,
+            clock,
+            ..
+        } = self;
+        let cl = &mut clients[c];
+        let mut io = SimIo {
+            clock,
+            rng,
+            received: &mut cl.received,
+        };
+        cl.relay.release(&servers[s].state, &mut io);
+        cl.server = None;
+        self.give_back(s);
+    }
+
+    /// A server goes back to the pool: to the first client waiting for one (as the pool
+    /// hands it to its first waiter), else to the idle list.
+    fn give_back(&mut self, s: usize) {
+        self.servers[s].holder = None;
+        self.servers[s].state.trim_buffers();
+        self.idle.push(s);
+        while let Some(w) = self.waiters.pop_front() {
+            if self.clients[w].phase != Phase::WaitingServer {
+                continue;
+            }
+            self.clients[w].phase = Phase::Running;
+            if self.take_server(w) {
+                // Its message in front is handled on a step of its own, as the driver
+                // resumes after its wait.
+                self.resume.push(w);
+            }
+            break;
+        }
+    }
+
+    /// Takes a free server (or makes one, up to the pool's size) for client `c`.
+    fn take_server(&mut self, c: usize) -> bool {
+        let s = match self.idle.pop() {
+            Some(s) => s,
+            None if self.servers.len() < self.setup.pool_size => {
+                let id = self.servers.len();
+                let mut state = ServerState::new();
+                state.id = id as u64 + 1;
+                self.servers.push(SimServer {
+                    state,
+                    model: ModelServer::new(1000 + id as i32),
+                    to_model: BytesMut::new(),
+                    from_model: BytesMut::new(),
+                    holder: None,
+                });
+                id
+            }
+            None => return false,
+        };
+        self.servers[s].holder = Some(c);
+        let now = self.clock.base + self.clock.offset;
+        let policy = *self.clients[c].relay.policy();
+        self.clients[c]
+            .relay
+            .hold(&self.servers[s].state, policy, now);
+        self.clients[c].server = Some(s);
+        true
+    }
+
+    /// The session ends (Terminate): its server goes back if it is clean, else is closed.
+    fn end_session(&mut self, c: usize) {
+        let server = self.clients[c].server.take();
+        let clean = {
+            let Sim {
+                clients,
+                servers,
+                rng,
+                clock,
+                ..
+            } = self;
+            let cl = &mut clients[c];
+            let mut io = SimIo {
+                clock,
+                rng,
+                received: &mut cl.received,
+            };
+            cl.relay
+                .finish(server.map(|s| &servers[s].state), &mut io)
+        };
+        self.clients[c].phase = Phase::Done;
+        if let Some(s) = server {
+            if clean && !self.servers[s].model.is_closed() {
+                if self.setup.mode == PoolMode::Session {
+                    self.reset(s);
+                }
+                self.give_back(s);
+            } else {
+                self.close_server(s);
+            }
+        }
+    }
+
+    /// Session mode's reset before a server is used again (`pool.reset_query`, DISCARD ALL
+    /// by default), run to its end as the pooler does before the check-in.
+    fn reset(&mut self, s: usize) {
+        let srv = &mut self.servers[s];
+        let mut out = BytesMut::new();
+        let pending = srv.to_model.split();
+        srv.model.feed(&mut self.db, &pending, &mut out);
+        let mut q = BytesMut::new();
+        frontend::query(&mut q, "DISCARD ALL");
+        srv.model.feed(&mut self.db, &q, &mut out);
+        srv.state.statements.clear();
+        srv.state.applied = Default::default();
+    }
+
+    /// Closes a server: its model session ends, and its slot in the pool is free again.
+    fn close_server(&mut self, s: usize) {
+        let srv = &mut self.servers[s];
+        srv.model.disconnect(&mut self.db);
+        srv.model = ModelServer::new(2000 + s as i32);
+        srv.state = ServerState::new();
+        srv.state.id = s as u64 + 1;
+        srv.to_model.clear();
+        srv.from_model.clear();
+        srv.holder = None;
+        self.give_back(s);
+    }
+
+    /// Nothing more can happen: every client must be done, with what it expected.
+    fn at_rest(&mut self) -> Result<(), Failure> {
+        for (i, cl) in self.clients.iter().enumerate() {
+            if let Some(d) = direct::first_difference(&cl.expected.messages, &cl.frames) {
+                return Err(fail(Some(i), d));
+            }
+            if cl.phase != Phase::Done && !cl.expected.closed && !cl.expected.stalled {
+                return Err(fail(
+                    Some(i),
+                    format!("stuck in {:?} after write {}", cl.phase, cl.next_write),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The invariants, after every step.
+    fn check_invariants(&self) -> Result<(), Failure> {
+        for &s in &self.idle {
+            let srv = &self.servers[s];
+            // Bytes still on their way to it may only be ones that owe nothing (a Flush, COPY
+            // data a finished COPY drops): the model must not have answered anything.
+            if !srv.state.replies.is_empty() || !srv.state.rbuf.is_empty() || !srv.from_model.is_empty()
+            {
+                return Err(fail(None, format!("server {s} is back in the pool owing replies")));
+            }
+            if srv.model.tx_status() != backend::TX_IDLE || srv.model.in_copy_in() {
+                return Err(fail(
+                    None,
+                    format!("server {s} is back in the pool inside a transaction or a COPY"),
+                ));
+            }
+            for name in srv.state.statements.names() {
+                let name = String::from_utf8_lossy(name);
+                if !srv.model.has_prepared(&name) {
+                    return Err(fail(
+                        None,
+                        format!("the relay believes server {s} holds {name}, which it lacks"),
+                    ));
+                }
+            }
+        }
+        for (i, cl) in self.clients.iter().enumerate() {
+            let bound = cl.relay.policy().max_message() + cl.relay.policy().buffer();
+            if cl.relay.client_pending() > bound {
+                return Err(fail(Some(i), "client buffer past its bound"));
+            }
+            // What the client received must so far agree with the direct run.
+            let n = cl.frames.len().min(cl.expected.messages.len());
+            if let Some(d) = direct::first_difference(&cl.expected.messages[..n], &cl.frames[..n])
+            {
+                return Err(fail(Some(i), d));
+            }
+            if cl.frames.len() > cl.expected.messages.len() {
+                return Err(fail(Some(i), "received more than directly"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One thing that can happen.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    /// A client handed a server after waiting goes on.
+    Resume(usize),
+    /// The client's next write (or Terminate).
+    ClientWrites(usize),
+    /// Some of the client's written bytes reach the pooler.
+    ClientBytes(usize),
+    /// Some of the pooler's bytes reach server `s`.
+    ToModel(usize),
+    /// Some of server `s`'s answer reaches the pooler.
+    FromModel(usize),
+}

@@ -1,0 +1,48 @@
+//! The simulation in `cargo test`: a bounded number of seeds per setup (`DROID_SIM_SEEDS`
+//! sets how many), and the replay of one seed (`DROID_SIM_SETUP`, `DROID_SIM_SEED`).
+
+use super::explore::{explore, setup};
+use super::harness::SETUPS;
+
+fn seeds() -> u64 {
+    std::env::var("DROID_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200)
+}
+
+#[test]
+fn every_setup_agrees_with_the_model() {
+    let n = seeds();
+    let base: u64 = std::env::var("DROID_SIM_BASE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for s in SETUPS {
+        let started = std::time::Instant::now();
+        match explore(s, base..base + n) {
+            Ok(stats) => eprintln!(
+                "sim {}: {n} programs, {} client sequences, {} steps in {:?}",
+                s.name,
+                stats.clients,
+                stats.steps,
+                started.elapsed()
+            ),
+            Err(found) => panic!("{found}"),
+        }
+    }
+}
+
+/// Replays one seed of one setup, printing the run.
+#[test]
+fn replay() {
+    let (Ok(name), Ok(seed)) = (std::env::var("DROID_SIM_SETUP"), std::env::var("DROID_SIM_SEED"))
+    else {
+        return;
+    };
+    let s = setup(&name).expect("a setup of harness::SETUPS");
+    let seed: u64 = seed.parse().expect("a number");
+    if let Err(found) = explore(s, seed..seed + 1) {
+        panic!("{found}");
+    }
+}
