@@ -11,12 +11,15 @@
 
 mod copy;
 mod db;
+mod decode;
 mod error;
 mod exec;
 mod extended;
+mod ready;
 mod simple;
 mod sql;
 mod tx;
+mod utility;
 mod value;
 mod wire;
 
@@ -27,7 +30,6 @@ use std::collections::BTreeMap;
 
 use bytes::BytesMut;
 
-use crate::protocol::backend::{self as b, READY_FOR_QUERY_TAG};
 use crate::protocol::frame;
 use crate::protocol::frontend as f;
 
@@ -124,28 +126,6 @@ impl ModelServer {
 
     pub fn pid(&self) -> i32 {
         self.pid
-    }
-
-    /// The end of a successful login, as PostgreSQL 15 sends it after AuthenticationOk:
-    /// ParameterStatus for the reported settings, BackendKeyData, ReadyForQuery.
-    pub fn greet(&mut self, secret: i32, out: &mut BytesMut) {
-        b::auth_ok(out);
-        let fixed = [
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("integer_datetimes", "on"),
-            ("IntervalStyle", "postgres"),
-            ("is_superuser", "on"),
-            ("server_encoding", "UTF8"),
-            ("server_version", "15.0 (model)"),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
-        ];
-        for (k, v) in self.settings.reported().chain(fixed) {
-            b::parameter_status(out, k, v);
-        }
-        b::backend_key_data(out, self.pid, secret);
-        b::ready_for_query(out, self.tx_status());
     }
 
     /// Consumes frontend bytes (any split of the stream) and appends what the server sends
@@ -364,51 +344,5 @@ impl ModelServer {
             ADMIN_SHUTDOWN,
             "terminating connection due to administrator command",
         )
-    }
-
-    /// ReadyForQuery, preceded (outside a transaction) by the notifications waiting for the
-    /// session and by ParameterStatus for each reported setting whose value the client has not
-    /// seen (PostgreSQL 14+ reports changes just before ReadyForQuery).
-    fn ready(&mut self, io: &mut Io) {
-        if self.block == Block::Idle {
-            self.deliver(io);
-        }
-        for (name, value) in self.settings.reported() {
-            let seen = self.reported.iter_mut().find(|(k, _)| *k == name);
-            match seen {
-                Some((_, v)) if v == value => {}
-                Some((_, v)) => {
-                    value.clone_into(v);
-                    io.parameter_status(name, value);
-                }
-                None => {
-                    self.reported.push((name, value.to_owned()));
-                    io.parameter_status(name, value);
-                }
-            }
-        }
-        let status = self.tx_status();
-        io.message(|buf| {
-            let at = frame::begin(buf, READY_FOR_QUERY_TAG);
-            bytes::BufMut::put_u8(buf, status);
-            frame::finish(buf, at);
-        });
-        io.flush();
-    }
-
-    /// An idle session waiting for input sends notifications as they come.
-    fn deliver_if_idle(&mut self, io: &mut Io) {
-        let idle = matches!(self.state, State::Ready | State::SkipToSync)
-            && self.work.is_none()
-            && self.block == Block::Idle;
-        if idle {
-            self.deliver(io);
-        }
-    }
-
-    fn deliver(&mut self, io: &mut Io) {
-        for n in io.db.take_notifications(self.pid) {
-            io.notification(n.pid, &n.channel, &n.payload);
-        }
     }
 }
