@@ -244,6 +244,15 @@ impl ModelServer {
                 self.dying = true;
                 Value::Bool(true)
             }
+            Expr::SetConfig(name, value, local) => {
+                self.settings.set(name, Some(value), *local)?;
+                Value::Text(value.clone().into())
+            }
+            Expr::InRecovery => Value::Bool(false),
+            Expr::ResetVal(name) => match self.settings.reset_value(name) {
+                Some(v) => Value::Text(v.to_owned().into()),
+                None => Value::Null,
+            },
         }))
     }
 

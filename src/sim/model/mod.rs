@@ -195,6 +195,22 @@ impl ModelServer {
         matches!(self.state, State::SkipToSync)
     }
 
+    /// Waiting for the next query with nothing left of the last: no transaction, no COPY,
+    /// no command waiting, no partial message buffered. A pooler should only pool a server
+    /// in this state.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Ready)
+            && self.work.is_none()
+            && self.block == Block::Idle
+            && self.inbuf.is_empty()
+    }
+
+    /// Bytes PostgreSQL would still hold in its send buffer, waiting for a Flush, Sync or a
+    /// full buffer (a pooler that waits for them waits forever).
+    pub fn unsent(&self) -> usize {
+        self.kept.len()
+    }
+
     /// A command waits for an advisory lock another session holds.
     pub fn is_blocked(&self) -> bool {
         self.blocked

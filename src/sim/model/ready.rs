@@ -16,16 +16,14 @@ impl ModelServer {
     /// ParameterStatus for the reported settings, BackendKeyData, ReadyForQuery.
     pub fn greet(&mut self, secret: i32, out: &mut BytesMut) {
         b::auth_ok(out);
+        // Reported settings no client can change.
         let fixed = [
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
+            ("in_hot_standby", "off"),
             ("integer_datetimes", "on"),
-            ("IntervalStyle", "postgres"),
             ("is_superuser", "on"),
             ("server_encoding", "UTF8"),
             ("server_version", "15.0 (model)"),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
+            ("session_authorization", "droid"),
         ];
         for (k, v) in self.settings.reported().chain(fixed) {
             b::parameter_status(out, k, v);

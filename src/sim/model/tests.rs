@@ -386,3 +386,33 @@ fn megabyte_values_go_out_whole() {
     assert_eq!(got.len(), 4);
     assert!(out.len() > 3_000_000);
 }
+
+#[test]
+fn a_poolers_settings_sync_is_reported_like_set() {
+    let mut s = session();
+    let got = s.query("SELECT pg_catalog.set_config(E'application_name', E'x', false)");
+    assert_eq!(
+        got,
+        ["T", "D:[x]", "C:SELECT 1", "S:application_name=x", "Z:I"]
+    );
+    let got = s.query(
+        "RESET application_name;SELECT pg_catalog.set_config(E'TimeZone', E'Asia/Tokyo', false)",
+    );
+    assert_eq!(
+        got,
+        [
+            "C:RESET",
+            "T",
+            "D:[Asia/Tokyo]",
+            "C:SELECT 1",
+            "S:application_name=",
+            "S:TimeZone=Asia/Tokyo",
+            "Z:I"
+        ]
+    );
+    let got = s.query(
+        "SELECT pg_catalog.pg_is_in_recovery(), (SELECT reset_val FROM pg_catalog.pg_settings \
+         WHERE name = 'default_transaction_read_only')",
+    );
+    assert_eq!(got, ["T", "D:[f,off]", "C:SELECT 1", "Z:I"]);
+}

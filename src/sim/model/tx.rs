@@ -72,10 +72,22 @@ pub struct Settings {
     vars: Vec<Var>,
 }
 
+/// The settings the model knows: name, reported (`GUC_REPORT`), default. The reported ones
+/// are PostgreSQL 15's settable `GUC_REPORT` settings, so a pooler that brings a server in
+/// line with a client's startup parameters finds them; values are not checked.
 const KNOWN: &[(&str, bool, &str)] = &[
     ("application_name", true, ""),
-    ("statement_timeout", false, "0"),
+    ("client_encoding", true, "UTF8"),
+    ("DateStyle", true, "ISO, MDY"),
+    ("default_transaction_read_only", true, "off"),
+    ("IntervalStyle", true, "postgres"),
+    ("standard_conforming_strings", true, "on"),
+    ("TimeZone", true, "UTC"),
+    ("extra_float_digits", false, "1"),
+    ("idle_in_transaction_session_timeout", false, "0"),
     ("lock_timeout", false, "0"),
+    ("search_path", false, "\"$user\", public"),
+    ("statement_timeout", false, "0"),
     ("work_mem", false, "4MB"),
 ];
 
@@ -115,6 +127,14 @@ impl Settings {
             .find(|v| v.name.eq_ignore_ascii_case(name))
             .map(|v| (v.name, v.current.as_str()))
             .ok_or_else(|| unknown(name))
+    }
+
+    /// The value RESET goes back to (`pg_settings.reset_val`).
+    pub fn reset_value(&self, name: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|v| v.name.eq_ignore_ascii_case(name))
+            .map(|v| v.default.as_str())
     }
 
     /// SET (`local`: SET LOCAL, undone at the end of the transaction); `None` is DEFAULT.
