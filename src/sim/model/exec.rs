@@ -245,7 +245,7 @@ impl ModelServer {
                 Value::Bool(true)
             }
             Expr::SetConfig(name, value, local) => {
-                self.settings.set(name, Some(value), *local)?;
+                self.settings_mut().set(name, Some(value), *local)?;
                 Value::Text(value.clone().into())
             }
             Expr::InRecovery => Value::Bool(false),
@@ -327,15 +327,15 @@ impl ModelServer {
                         "SET LOCAL can only be used in transaction blocks",
                     ));
                 }
-                self.settings.set(name, value.as_deref(), *local)?;
+                self.settings_mut().set(name, value.as_deref(), *local)?;
                 "SET".into()
             }
             Stmt::Reset { name: Some(name) } => {
-                self.settings.set(name, None, false)?;
+                self.settings_mut().set(name, None, false)?;
                 "RESET".into()
             }
             Stmt::Reset { name: None } => {
-                self.settings.reset_all();
+                self.settings_mut().reset_all();
                 "RESET".into()
             }
             _ => return self.run_session_utility(io, stmt),

@@ -83,6 +83,8 @@ pub struct ModelServer {
     settings: Settings,
     /// The value of each reported setting the client last saw in a ParameterStatus.
     reported: Vec<(&'static str, String)>,
+    /// A setting may have changed since the last ReadyForQuery.
+    settings_changed: bool,
     /// Prepared statements by name; `""` is the unnamed statement.
     statements: BTreeMap<String, Prepared>,
     portals: BTreeMap<String, Portal>,
@@ -117,6 +119,7 @@ impl ModelServer {
             tx: Tx::default(),
             settings,
             reported,
+            settings_changed: false,
             statements: BTreeMap::new(),
             portals: BTreeMap::new(),
             temps: BTreeMap::new(),
@@ -166,6 +169,18 @@ impl ModelServer {
             None => {}
         }
         self.pump(&mut io);
+        io.end(&mut self.kept);
+    }
+
+    /// `pg_terminate_backend` from another session (or a server shutting down fast): FATAL
+    /// 57P01 and the session ends. The model runs every command at once, so this always finds
+    /// the session between commands (or waiting for a lock), where PostgreSQL acts at once.
+    pub fn terminate(&mut self, db: &mut ModelDb, out: &mut BytesMut) {
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        let mut io = Io::start(db, out, &mut self.kept);
+        self.fail(&mut io, ModelServer::terminated());
         io.end(&mut self.kept);
     }
 

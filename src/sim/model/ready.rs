@@ -39,7 +39,8 @@ impl ModelServer {
         if self.block == Block::Idle {
             self.deliver(io);
         }
-        for (name, value) in self.settings.reported() {
+        let changed = std::mem::take(&mut self.settings_changed);
+        for (name, value) in self.settings.reported().filter(|_| changed) {
             let seen = self.reported.iter_mut().find(|(k, _)| *k == name);
             match seen {
                 Some((_, v)) if v == value => {}

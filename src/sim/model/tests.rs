@@ -416,3 +416,18 @@ fn a_poolers_settings_sync_is_reported_like_set() {
     );
     assert_eq!(got, ["T", "D:[f,off]", "C:SELECT 1", "Z:I"]);
 }
+
+#[test]
+fn terminated_from_outside_a_session_sends_fatal_and_lets_go() {
+    let mut s = session();
+    s.query("select pg_advisory_lock(1)");
+    s.send(&[parse("a", "select 1"), bind("", "a", &[])]);
+    let mut out = BytesMut::new();
+    s.s.terminate(&mut s.db, &mut out);
+    assert_eq!(
+        short(&mut out),
+        ["1", "2", "E:57P01"],
+        "what was buffered goes with it"
+    );
+    assert!(s.s.is_closed() && !s.db.holds_lock(7, 1));
+}

@@ -50,7 +50,8 @@ pub struct Tx {
     /// An Execute completed or suspended in this transaction without committing it
     /// (`XACT_FLAGS_PIPELINING`): DISCARD ALL refuses to run then.
     pub pipelined: bool,
-    /// The settings when the transaction began, restored if it aborts.
+    /// The settings when the transaction began, restored if it aborts; taken when the
+    /// transaction first changes one (most change none).
     pub saved: Option<Settings>,
 }
 
@@ -193,10 +194,7 @@ impl ModelServer {
     pub(super) fn begin_command(&mut self) {
         if self.block == Block::Idle {
             self.block = Block::Started;
-            self.tx = Tx {
-                saved: Some(self.settings.clone()),
-                ..Tx::default()
-            };
+            self.tx = Tx::default();
         }
     }
 
@@ -206,6 +204,15 @@ impl ModelServer {
         if self.block == Block::Started {
             self.commit(db);
         }
+    }
+
+    /// The settings, about to change: the transaction keeps them as they were first.
+    pub(super) fn settings_mut(&mut self) -> &mut Settings {
+        if self.tx.saved.is_none() {
+            self.tx.saved = Some(self.settings.clone());
+        }
+        self.settings_changed = true;
+        &mut self.settings
     }
 
     /// Whether SET LOCAL and DISCARD see a transaction block (`IsTransactionBlock`).
@@ -243,7 +250,9 @@ impl ModelServer {
                 payload,
             });
         }
-        self.settings.commit();
+        if tx.saved.is_some() {
+            self.settings.commit();
+        }
         self.portals.clear();
         self.block = Block::Idle;
     }
@@ -257,6 +266,7 @@ impl ModelServer {
         }
         if let Some(saved) = tx.saved {
             self.settings = saved;
+            self.settings_changed = true;
         }
     }
 

@@ -88,7 +88,7 @@ impl ModelServer {
         }
         self.statements.retain(|k, _| k.is_empty());
         self.portals.clear();
-        self.settings.reset_all();
+        self.settings_mut().reset_all();
         self.tx.listens.push(ListenOp::Unlisten(None));
         io.db.unlock_all(self.pid);
         self.temps.clear();
