@@ -266,6 +266,15 @@ fn parameter_status_reports_changes_just_before_ready_for_query() {
         ["N:25P01", "C:SET", "Z:I"]
     );
     assert_eq!(
+        s.query("begin; set local application_name = 'l'"),
+        ["C:BEGIN", "C:SET", "S:application_name=l", "Z:T"]
+    );
+    assert_eq!(
+        s.query("commit"),
+        ["C:COMMIT", "S:application_name=x", "Z:I"],
+        "SET LOCAL ends at commit"
+    );
+    assert_eq!(
         s.query("discard all"),
         ["C:DISCARD ALL", "S:application_name=", "Z:I"]
     );

@@ -252,6 +252,7 @@ impl ModelServer {
         }
         if tx.saved.is_some() {
             self.settings.commit();
+            self.settings_changed = true;
         }
         self.portals.clear();
         self.block = Block::Idle;
