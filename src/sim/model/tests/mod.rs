@@ -2,6 +2,8 @@
 //! blocks, portal suspension, notices, FATAL, what stays in the send buffer, notifications
 //! and locks between sessions, and that any split of the input gives the same output.
 
+mod sessions;
+
 use bytes::BytesMut;
 
 use super::*;
@@ -282,79 +284,6 @@ fn parameter_status_reports_changes_just_before_ready_for_query() {
 }
 
 #[test]
-fn notifications_reach_idle_listeners_of_the_same_database() {
-    let mut db = ModelDb::with_tables(["t"]);
-    let (mut a, mut b) = (ModelServer::new(1), ModelServer::new(2));
-    let mut out = BytesMut::new();
-    a.feed(&mut db, &bytes(&[q("listen c"), q("begin")]), &mut out);
-    b.feed(
-        &mut db,
-        &bytes(&[q("notify c, 'hi'; notify c, 'hi'")]),
-        &mut out,
-    );
-    out.clear();
-    a.poll_async(&mut db, &mut out);
-    assert!(out.is_empty(), "not delivered inside a transaction");
-    a.feed(&mut db, &bytes(&[q("commit")]), &mut out);
-    assert_eq!(
-        short(&mut out),
-        ["C:COMMIT", "A", "Z:I"],
-        "once, before ReadyForQuery"
-    );
-    b.feed(&mut db, &bytes(&[q("notify c")]), &mut out);
-    out.clear();
-    a.poll_async(&mut db, &mut out);
-    assert_eq!(short(&mut out), ["A"], "an idle session gets it at once");
-}
-
-#[test]
-fn an_advisory_lock_waits_for_its_holder_and_can_be_cancelled() {
-    let mut db = ModelDb::with_tables(["t"]);
-    let (mut a, mut b) = (ModelServer::new(1), ModelServer::new(2));
-    let mut out = BytesMut::new();
-    a.feed(
-        &mut db,
-        &bytes(&[q("select pg_advisory_lock(5)")]),
-        &mut out,
-    );
-    out.clear();
-    b.feed(
-        &mut db,
-        &bytes(&[q("select pg_advisory_lock(5); select 2")]),
-        &mut out,
-    );
-    assert!(
-        b.is_blocked() && out.is_empty(),
-        "RowDescription waits in the buffer"
-    );
-    b.poll_async(&mut db, &mut out);
-    assert!(b.is_blocked());
-    a.feed(
-        &mut db,
-        &bytes(&[q("select pg_advisory_unlock(5)")]),
-        &mut out,
-    );
-    out.clear();
-    b.poll_async(&mut db, &mut out);
-    assert_eq!(
-        short(&mut out),
-        ["T", "D:[]", "C:SELECT 1", "T", "D:[2]", "C:SELECT 1", "Z:I"]
-    );
-    assert!(db.holds_lock(2, 5));
-    a.feed(
-        &mut db,
-        &bytes(&[q("select pg_advisory_lock(5)")]),
-        &mut out,
-    );
-    assert!(a.is_blocked());
-    out.clear();
-    a.cancel(&mut db, &mut out);
-    assert_eq!(short(&mut out), ["T", "E:57014", "Z:I"]);
-    b.disconnect(&mut db);
-    assert!(!db.holds_lock(2, 5));
-}
-
-#[test]
 fn any_split_of_the_input_gives_the_same_output() {
     let msgs = [
         q("insert into t values (1); select n from t order by n"),
@@ -424,19 +353,4 @@ fn a_poolers_settings_sync_is_reported_like_set() {
          WHERE name = 'default_transaction_read_only')",
     );
     assert_eq!(got, ["T", "D:[f,off]", "C:SELECT 1", "Z:I"]);
-}
-
-#[test]
-fn terminated_from_outside_a_session_sends_fatal_and_lets_go() {
-    let mut s = session();
-    s.query("select pg_advisory_lock(1)");
-    s.send(&[parse("a", "select 1"), bind("", "a", &[])]);
-    let mut out = BytesMut::new();
-    s.s.terminate(&mut s.db, &mut out);
-    assert_eq!(
-        short(&mut out),
-        ["1", "2", "E:57P01"],
-        "what was buffered goes with it"
-    );
-    assert!(s.s.is_closed() && !s.db.holds_lock(7, 1));
 }
