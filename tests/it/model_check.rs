@@ -12,9 +12,14 @@
 //! Clients run one after another on their own connection, in a database of their own
 //! (`model_check`, apart from the differential test's tables), emptied before each program.
 //!
+//! A third test runs what a pooler sends a server of its own accord (the settings sync through
+//! `set_config`, the role question, `DISCARD ALL`, the check query).
+//!
 //! Deliberate differences the programs do not reach: the model's SET keeps a value as written
-//! (`'60s'` stays `60s`, PostgreSQL shows `1min`); it knows four settings; it detects no
-//! deadlocks between advisory locks; SQL outside the generator's vocabulary is a syntax error.
+//! (`'60s'` stays `60s`, PostgreSQL shows `1min`) and checks no value; it knows thirteen
+//! settings, with PostgreSQL's built-in defaults (the harness server's `TimeZone` comes from
+//! its configuration); it detects no deadlock between advisory locks; pg_is_in_recovery() is
+//! false; SQL outside the generator's vocabulary is a syntax error (PostgreSQL may accept it).
 //!
 //! `DROID_MODEL_SEEDS` sets how many seeds run (200), `DROID_MODEL_SEED` the first (0).
 //! `DROID_MODEL_KEEP_GOING=1` reports every failing seed instead of shrinking the first.
@@ -286,6 +291,40 @@ fn model_matches_postgresql() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// What a pooler sends a server of its own accord: the settings sync, the role question, the
+/// reset and check queries. The model answers them as PostgreSQL does.
+#[test]
+fn model_matches_postgresql_on_pooler_statements() {
+    let pg = support::shared();
+    database(pg);
+    let rt = runtime();
+    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB_NAME));
+    let queries = [
+        "SELECT pg_catalog.set_config(E'application_name', E'a''b\\\\', false), \
+         pg_catalog.set_config(E'extra_float_digits', E'2', false)",
+        "RESET extra_float_digits;SELECT pg_catalog.set_config(E'application_name', E'c', false)",
+        "SELECT pg_catalog.pg_is_in_recovery(), (SELECT reset_val FROM pg_catalog.pg_settings \
+         WHERE name = 'default_transaction_read_only')",
+        "begin",
+        "SELECT pg_catalog.set_config(E'application_name', E'in block', false)",
+        "ROLLBACK",
+        "DISCARD ALL",
+        "select 1",
+    ];
+    let write = |sql: &str| program::Write {
+        msgs: vec![program::Msg::Query(sql.into())],
+        end: End::Fence,
+    };
+    let p = Program {
+        clients: vec![ClientProgram {
+            writes: queries.iter().map(|q| write(q)).collect(),
+        }],
+    };
+    if let Some(diff) = rt.block_on(compare(pg, &mut admin, &p)) {
+        panic!("{diff}\nprogram: {p}");
+    }
 }
 
 /// The differential test's recorded cases: the model answers them as PostgreSQL does.

@@ -11,12 +11,15 @@
 
 mod copy;
 mod db;
+mod decode;
 mod error;
 mod exec;
 mod extended;
+mod ready;
 mod simple;
 mod sql;
 mod tx;
+mod utility;
 mod value;
 mod wire;
 
@@ -27,7 +30,6 @@ use std::collections::BTreeMap;
 
 use bytes::BytesMut;
 
-use crate::protocol::backend::{self as b, READY_FOR_QUERY_TAG};
 use crate::protocol::frame;
 use crate::protocol::frontend as f;
 
@@ -81,6 +83,8 @@ pub struct ModelServer {
     settings: Settings,
     /// The value of each reported setting the client last saw in a ParameterStatus.
     reported: Vec<(&'static str, String)>,
+    /// A setting may have changed since the last ReadyForQuery.
+    settings_changed: bool,
     /// Prepared statements by name; `""` is the unnamed statement.
     statements: BTreeMap<String, Prepared>,
     portals: BTreeMap<String, Portal>,
@@ -115,6 +119,7 @@ impl ModelServer {
             tx: Tx::default(),
             settings,
             reported,
+            settings_changed: false,
             statements: BTreeMap::new(),
             portals: BTreeMap::new(),
             temps: BTreeMap::new(),
@@ -124,28 +129,6 @@ impl ModelServer {
 
     pub fn pid(&self) -> i32 {
         self.pid
-    }
-
-    /// The end of a successful login, as PostgreSQL 15 sends it after AuthenticationOk:
-    /// ParameterStatus for the reported settings, BackendKeyData, ReadyForQuery.
-    pub fn greet(&mut self, secret: i32, out: &mut BytesMut) {
-        b::auth_ok(out);
-        let fixed = [
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("integer_datetimes", "on"),
-            ("IntervalStyle", "postgres"),
-            ("is_superuser", "on"),
-            ("server_encoding", "UTF8"),
-            ("server_version", "15.0 (model)"),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
-        ];
-        for (k, v) in self.settings.reported().chain(fixed) {
-            b::parameter_status(out, k, v);
-        }
-        b::backend_key_data(out, self.pid, secret);
-        b::ready_for_query(out, self.tx_status());
     }
 
     /// Consumes frontend bytes (any split of the stream) and appends what the server sends
@@ -189,6 +172,18 @@ impl ModelServer {
         io.end(&mut self.kept);
     }
 
+    /// `pg_terminate_backend` from another session (or a server shutting down fast): FATAL
+    /// 57P01 and the session ends. The model runs every command at once, so this always finds
+    /// the session between commands (or waiting for a lock), where PostgreSQL acts at once.
+    pub fn terminate(&mut self, db: &mut ModelDb, out: &mut BytesMut) {
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        let mut io = Io::start(db, out, &mut self.kept);
+        self.fail(&mut io, ModelServer::terminated());
+        io.end(&mut self.kept);
+    }
+
     /// The client's connection is gone without Terminate (EOF): the session ends and what it
     /// held in the database (locks, LISTEN) is released; its transaction rolls back.
     pub fn disconnect(&mut self, db: &mut ModelDb) {
@@ -213,6 +208,22 @@ impl ModelServer {
     /// Skipping messages until Sync after an extended-protocol error.
     pub fn skipping_to_sync(&self) -> bool {
         matches!(self.state, State::SkipToSync)
+    }
+
+    /// Waiting for the next query with nothing left of the last: no transaction, no COPY,
+    /// no command waiting, no partial message buffered. A pooler should only pool a server
+    /// in this state.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Ready)
+            && self.work.is_none()
+            && self.block == Block::Idle
+            && self.inbuf.is_empty()
+    }
+
+    /// Bytes PostgreSQL would still hold in its send buffer, waiting for a Flush, Sync or a
+    /// full buffer (a pooler that waits for them waits forever).
+    pub fn unsent(&self) -> usize {
+        self.kept.len()
     }
 
     /// A command waits for an advisory lock another session holds.
@@ -364,51 +375,5 @@ impl ModelServer {
             ADMIN_SHUTDOWN,
             "terminating connection due to administrator command",
         )
-    }
-
-    /// ReadyForQuery, preceded (outside a transaction) by the notifications waiting for the
-    /// session and by ParameterStatus for each reported setting whose value the client has not
-    /// seen (PostgreSQL 14+ reports changes just before ReadyForQuery).
-    fn ready(&mut self, io: &mut Io) {
-        if self.block == Block::Idle {
-            self.deliver(io);
-        }
-        for (name, value) in self.settings.reported() {
-            let seen = self.reported.iter_mut().find(|(k, _)| *k == name);
-            match seen {
-                Some((_, v)) if v == value => {}
-                Some((_, v)) => {
-                    value.clone_into(v);
-                    io.parameter_status(name, value);
-                }
-                None => {
-                    self.reported.push((name, value.to_owned()));
-                    io.parameter_status(name, value);
-                }
-            }
-        }
-        let status = self.tx_status();
-        io.message(|buf| {
-            let at = frame::begin(buf, READY_FOR_QUERY_TAG);
-            bytes::BufMut::put_u8(buf, status);
-            frame::finish(buf, at);
-        });
-        io.flush();
-    }
-
-    /// An idle session waiting for input sends notifications as they come.
-    fn deliver_if_idle(&mut self, io: &mut Io) {
-        let idle = matches!(self.state, State::Ready | State::SkipToSync)
-            && self.work.is_none()
-            && self.block == Block::Idle;
-        if idle {
-            self.deliver(io);
-        }
-    }
-
-    fn deliver(&mut self, io: &mut Io) {
-        for n in io.db.take_notifications(self.pid) {
-            io.notification(n.pid, &n.channel, &n.payload);
-        }
     }
 }

@@ -50,7 +50,8 @@ pub struct Tx {
     /// An Execute completed or suspended in this transaction without committing it
     /// (`XACT_FLAGS_PIPELINING`): DISCARD ALL refuses to run then.
     pub pipelined: bool,
-    /// The settings when the transaction began, restored if it aborts.
+    /// The settings when the transaction began, restored if it aborts; taken when the
+    /// transaction first changes one (most change none).
     pub saved: Option<Settings>,
 }
 
@@ -72,10 +73,22 @@ pub struct Settings {
     vars: Vec<Var>,
 }
 
+/// The settings the model knows: name, reported (`GUC_REPORT`), default. The reported ones
+/// are PostgreSQL 15's settable `GUC_REPORT` settings, so a pooler that brings a server in
+/// line with a client's startup parameters finds them; values are not checked.
 const KNOWN: &[(&str, bool, &str)] = &[
     ("application_name", true, ""),
-    ("statement_timeout", false, "0"),
+    ("client_encoding", true, "UTF8"),
+    ("DateStyle", true, "ISO, MDY"),
+    ("default_transaction_read_only", true, "off"),
+    ("IntervalStyle", true, "postgres"),
+    ("standard_conforming_strings", true, "on"),
+    ("TimeZone", true, "UTC"),
+    ("extra_float_digits", false, "1"),
+    ("idle_in_transaction_session_timeout", false, "0"),
     ("lock_timeout", false, "0"),
+    ("search_path", false, "\"$user\", public"),
+    ("statement_timeout", false, "0"),
     ("work_mem", false, "4MB"),
 ];
 
@@ -115,6 +128,14 @@ impl Settings {
             .find(|v| v.name.eq_ignore_ascii_case(name))
             .map(|v| (v.name, v.current.as_str()))
             .ok_or_else(|| unknown(name))
+    }
+
+    /// The value RESET goes back to (`pg_settings.reset_val`).
+    pub fn reset_value(&self, name: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|v| v.name.eq_ignore_ascii_case(name))
+            .map(|v| v.default.as_str())
     }
 
     /// SET (`local`: SET LOCAL, undone at the end of the transaction); `None` is DEFAULT.
@@ -173,10 +194,7 @@ impl ModelServer {
     pub(super) fn begin_command(&mut self) {
         if self.block == Block::Idle {
             self.block = Block::Started;
-            self.tx = Tx {
-                saved: Some(self.settings.clone()),
-                ..Tx::default()
-            };
+            self.tx = Tx::default();
         }
     }
 
@@ -186,6 +204,15 @@ impl ModelServer {
         if self.block == Block::Started {
             self.commit(db);
         }
+    }
+
+    /// The settings, about to change: the transaction keeps them as they were first.
+    pub(super) fn settings_mut(&mut self) -> &mut Settings {
+        if self.tx.saved.is_none() {
+            self.tx.saved = Some(self.settings.clone());
+        }
+        self.settings_changed = true;
+        &mut self.settings
     }
 
     /// Whether SET LOCAL and DISCARD see a transaction block (`IsTransactionBlock`).
@@ -223,7 +250,10 @@ impl ModelServer {
                 payload,
             });
         }
-        self.settings.commit();
+        if tx.saved.is_some() {
+            self.settings.commit();
+            self.settings_changed = true;
+        }
         self.portals.clear();
         self.block = Block::Idle;
     }
@@ -237,6 +267,7 @@ impl ModelServer {
         }
         if let Some(saved) = tx.saved {
             self.settings = saved;
+            self.settings_changed = true;
         }
     }
 

@@ -24,42 +24,68 @@ use super::value::{Column, Value};
 pub const SEND_BUFFER: usize = 8192;
 
 /// One call's view of the session's surroundings: the shared database and the caller's output
-/// buffer, of which the tail from `unflushed` on is still in PostgreSQL's send buffer.
+/// buffer. What the session kept unsent goes into `out` only when something more is written
+/// or flushed, so a call that sends nothing (a piece of a message fed in) copies nothing;
+/// from then on the tail of `out` from `unflushed` is what is still in the send buffer.
 pub struct Io<'a> {
     pub db: &'a mut ModelDb,
     out: &'a mut BytesMut,
+    kept: BytesMut,
+    merged: bool,
     unflushed: usize,
 }
 
 impl<'a> Io<'a> {
-    /// Starts a call: what the session kept unsent last time goes first.
+    /// Starts a call, taking over what the session kept unsent last time.
     pub fn start(db: &'a mut ModelDb, out: &'a mut BytesMut, kept: &mut BytesMut) -> Io<'a> {
         let unflushed = out.len();
-        out.extend_from_slice(kept);
-        kept.clear();
-        Io { db, out, unflushed }
+        let kept = std::mem::take(kept);
+        Io {
+            db,
+            out,
+            kept,
+            merged: false,
+            unflushed,
+        }
     }
 
     /// Ends a call: the unsent tail (at most [`SEND_BUFFER`] bytes) goes back to the session.
     pub fn end(self, kept: &mut BytesMut) {
-        kept.extend_from_slice(&self.out[self.unflushed..]);
-        self.out.truncate(self.unflushed);
+        if self.merged {
+            kept.extend_from_slice(&self.out[self.unflushed..]);
+            self.out.truncate(self.unflushed);
+        } else {
+            *kept = self.kept;
+        }
+    }
+
+    /// The output buffer, with the kept bytes first in it.
+    fn buf(&mut self) -> &mut BytesMut {
+        if !self.merged {
+            self.out.extend_from_slice(&self.kept);
+            self.kept.clear();
+            self.merged = true;
+        }
+        self.out
     }
 
     /// Sends everything written so far.
     pub fn flush(&mut self) {
-        self.unflushed = self.out.len();
+        self.unflushed = self.buf().len();
     }
 
     /// Drops what was not sent yet (the process exits without flushing).
     pub fn discard(&mut self) {
-        self.out.truncate(self.unflushed);
+        if self.merged {
+            self.out.truncate(self.unflushed);
+        }
+        self.kept.clear();
     }
 
     /// Writes one message with `write`, then sends whole buffers as PostgreSQL's
     /// `internal_putbytes` does: whenever the buffer is full and more bytes must go in.
     pub fn message(&mut self, write: impl FnOnce(&mut BytesMut)) {
-        write(self.out);
+        write(self.buf());
         let held = self.out.len() - self.unflushed;
         if held > SEND_BUFFER {
             self.unflushed = self.out.len() - ((held - 1) % SEND_BUFFER + 1);

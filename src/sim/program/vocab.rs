@@ -93,6 +93,7 @@ pub const QUERIES: &[Entry] = &[
     last("deallocate a", SESSION | NAMED, 1),
     last("discard all", SESSION | NAMED | REPORTED, 1),
     e("listen ch{k}", SESSION, 1),
+    e("listen ch{k}; notify ch{k}, 'y'", SESSION, 2),
     e("unlisten *", SESSION, 1),
     e("create temp table tt (n int)", SESSION, 1),
     e("insert into tt values (1)", SESSION, 1),
@@ -139,6 +140,9 @@ pub fn allowed(rules: &Rules, needs: u8) -> bool {
 
 /// A template filled in for client `c`.
 pub fn fill(sql: &str, c: usize, large: bool) -> String {
+    if !sql.contains('{') {
+        return sql.to_owned();
+    }
     let (x, y) = if large {
         (3_000_000, 70_000)
     } else {

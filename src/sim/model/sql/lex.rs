@@ -33,6 +33,10 @@ pub fn lex(sql: &str) -> Result<Vec<Tok>, PgError> {
                 .find("*/")
                 .map(|n| i + 2 + n + 2)
                 .ok_or_else(|| PgError::syntax("/*"))?;
+        } else if (c == b'e' || c == b'E') && b.get(i + 1) == Some(&b'\'') {
+            let (s, end) = escaped(sql, i + 1)?;
+            toks.push(Tok::Str(s));
+            i = end;
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let end = scan(b, i, |c| {
                 c.is_ascii_alphanumeric() || c == b'_' || c == b'$'
@@ -97,6 +101,33 @@ fn quoted(sql: &str, start: usize, q: char) -> Result<(String, usize), PgError> 
             continue;
         }
         return Ok((s, start + 1 + n + 1));
+    }
+    Err(PgError::new(
+        super::super::error::SYNTAX_ERROR,
+        "unterminated quoted string",
+    ))
+}
+
+/// An escape string constant's body (`E'...'`, the quote at `start`): backslash escapes
+/// (`\\`, `\'`, `\n`, `\t`) and doubled quotes; returns it and where it ends.
+fn escaped(sql: &str, start: usize) -> Result<(String, usize), PgError> {
+    let mut s = String::new();
+    let mut chars = sql[start + 1..].char_indices().peekable();
+    while let Some((n, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some((_, 'n')) => s.push('\n'),
+                Some((_, 't')) => s.push('\t'),
+                Some((_, e)) => s.push(e),
+                None => break,
+            },
+            '\'' if chars.peek().is_some_and(|(_, c)| *c == '\'') => {
+                s.push('\'');
+                chars.next();
+            }
+            '\'' => return Ok((s, start + 1 + n + 1)),
+            c => s.push(c),
+        }
     }
     Err(PgError::new(
         super::super::error::SYNTAX_ERROR,
@@ -178,6 +209,10 @@ mod tests {
         assert_eq!(
             lex("do $$ begin raise notice 'n'; end $$").unwrap(),
             vec![w("do"), Tok::Dollar(" begin raise notice 'n'; end ".into())]
+        );
+        assert_eq!(
+            lex(r"E'a''b\\c\'d'").unwrap(),
+            vec![Tok::Str(r"a'b\c'd".into())]
         );
         assert!(lex("select 'open").is_err());
         assert!(lex("select #").is_err());

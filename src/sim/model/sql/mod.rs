@@ -35,6 +35,12 @@ pub enum Expr {
     BackendPid,
     /// `pg_terminate_backend(pg_backend_pid())`: the session ends with FATAL 57P01.
     TerminateSelf,
+    /// `set_config(name, value, is_local)`, as a pooler brings a server's settings in line.
+    SetConfig(String, String, bool),
+    /// `pg_is_in_recovery()`: the model is a primary.
+    InRecovery,
+    /// `(select reset_val from pg_settings where name = '...')`, as a pooler asks a role.
+    ResetVal(String),
 }
 
 impl Expr {
@@ -54,6 +60,9 @@ impl Expr {
             Expr::AdvisoryUnlockAll => ("pg_advisory_unlock_all", Ty::Void),
             Expr::BackendPid => ("pg_backend_pid", Ty::Int4),
             Expr::TerminateSelf => ("pg_terminate_backend", Ty::Bool),
+            Expr::SetConfig(..) => ("set_config", Ty::Text),
+            Expr::InRecovery => ("pg_is_in_recovery", Ty::Bool),
+            Expr::ResetVal(_) => ("reset_val", Ty::Text),
         };
         Column::computed(name, ty)
     }

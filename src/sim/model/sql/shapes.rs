@@ -167,7 +167,13 @@ fn expr(p: &mut P) -> Option<Expr> {
         let ty = if p.sym("::") { Some(cast(p)?) } else { None };
         return (n > 0).then_some(Expr::Param(n, ty));
     }
-    let f = p.ident()?;
+    if p.sym("(") {
+        return reset_val(p);
+    }
+    let mut f = p.ident()?;
+    if f == "pg_catalog" && p.sym(".") {
+        f = p.ident()?;
+    }
     Some(match f.as_str() {
         "repeat" => {
             (p.sym("(")).then_some(())?;
@@ -184,12 +190,33 @@ fn expr(p: &mut P) -> Option<Expr> {
             (p.sym("(") && p.sym(")")).then_some(Expr::AdvisoryUnlockAll)?
         }
         "pg_backend_pid" => (p.sym("(") && p.sym(")")).then_some(Expr::BackendPid)?,
+        "set_config" => {
+            let name = (p.sym("(")).then(|| p.string())??;
+            let value = (p.sym(",")).then(|| p.string())??;
+            let local = (p.sym(",")).then(|| p.ident())??;
+            let local = match local.as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return None,
+            };
+            p.sym(")").then_some(Expr::SetConfig(name, value, local))?
+        }
+        "pg_is_in_recovery" => (p.sym("(") && p.sym(")")).then_some(Expr::InRecovery)?,
         "pg_terminate_backend" => {
             let ok = p.sym("(") && p.word("pg_backend_pid") && p.sym("(") && p.sym(")");
             (ok && p.sym(")")).then_some(Expr::TerminateSelf)?
         }
         _ => return None,
     })
+}
+
+/// `(select reset_val from [pg_catalog.]pg_settings where name = '<setting>')`, after `(`.
+fn reset_val(p: &mut P) -> Option<Expr> {
+    let head = p.word("select") && p.word("reset_val") && p.word("from");
+    let schema = head && (!p.word("pg_catalog") || p.sym("."));
+    let table = schema && p.word("pg_settings") && p.word("where") && p.word("name");
+    let name = (table && p.sym("=")).then(|| p.string())??;
+    p.sym(")").then_some(Expr::ResetVal(name))
 }
 
 fn cast(p: &mut P) -> Option<Ty> {

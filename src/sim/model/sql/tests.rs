@@ -138,3 +138,35 @@ fn parameter_types_come_from_casts_and_columns() {
         vec![None, Some(Ty::Int4)]
     );
 }
+
+#[test]
+fn the_poolers_own_statements() {
+    let sync = parse(
+        "RESET application_name;SELECT pg_catalog.set_config(E'application_name', E'a''b\\\\', \
+         false), pg_catalog.set_config(E'TimeZone', E'Asia/Tokyo', false)",
+    )
+    .expect("settings sync");
+    assert_eq!(
+        sync,
+        vec![
+            Stmt::Reset {
+                name: Some("application_name".into())
+            },
+            Stmt::Select(Select::Exprs(vec![
+                Expr::SetConfig("application_name".into(), "a'b\\".into(), false),
+                Expr::SetConfig("TimeZone".into(), "Asia/Tokyo".into(), false),
+            ])),
+        ]
+    );
+    let role = "SELECT pg_catalog.pg_is_in_recovery(), (SELECT reset_val FROM \
+                pg_catalog.pg_settings WHERE name = 'default_transaction_read_only')";
+    assert_eq!(
+        one(role),
+        Stmt::Select(Select::Exprs(vec![
+            Expr::InRecovery,
+            Expr::ResetVal("default_transaction_read_only".into())
+        ]))
+    );
+    assert_eq!(one("DISCARD ALL"), Stmt::DiscardAll);
+    assert_eq!(one("ROLLBACK"), Stmt::Rollback);
+}
