@@ -247,6 +247,11 @@ impl ServerStatements {
     }
 
     pub fn add(&mut self, server_name: Bytes, id: u64) {
+        // Made (again): whatever an earlier failed replay of it said no longer holds.
+        if !self.lost.is_empty() {
+            self.lost
+                .retain(|(n, i)| !(*i == id && n.as_ref() == server_name.as_ref()));
+        }
         self.tick += 1;
         let c = ServerCopy {
             id,
@@ -266,37 +271,26 @@ impl ServerStatements {
     }
 
     /// Forgets a copy only if it is still the statement with this id.
-    /// The server refused the replay of copy `id`. If a later Parse under the same name is
-    /// recorded already (it may fail too, and would then bring back this copy as the one the
-    /// name held), remember that this copy was never made.
+    /// The server refused the replay of copy `id`. If a later Parse or Close of the same
+    /// name is recorded already (it is skipped too, and its settlement would bring back this
+    /// copy as the one the name held), remember that this copy was never made.
     pub fn replay_failed(&mut self, server_name: &[u8], id: u64) {
-        match self.holds(server_name) {
-            Some(held) if held == id => {
-                self.map.remove(server_name);
-            }
-            Some(_) => {
-                if self.lost.len() >= MAX_LOST {
-                    self.lost.remove(0);
-                }
-                self.lost.push((Bytes::copy_from_slice(server_name), id));
-            }
-            None => {}
+        if self.holds(server_name) == Some(id) {
+            self.map.remove(server_name);
+            return;
         }
+        if self.lost.len() >= MAX_LOST {
+            self.lost.remove(0);
+        }
+        self.lost.push((Bytes::copy_from_slice(server_name), id));
     }
 
-    /// Whether copy `id`'s replay failed (see [`ServerStatements::replay_failed`]); forgets it.
-    pub fn take_lost(&mut self, server_name: &[u8], id: u64) -> bool {
-        match self
-            .lost
+    /// Whether copy `id`'s replay failed (see [`ServerStatements::replay_failed`]) and it
+    /// was not made since. Every later skipped Parse or Close of the name in that batch asks.
+    pub fn was_lost(&self, server_name: &[u8], id: u64) -> bool {
+        self.lost
             .iter()
-            .position(|(n, i)| *i == id && n.as_ref() == server_name)
-        {
-            Some(at) => {
-                self.lost.swap_remove(at);
-                true
-            }
-            None => false,
-        }
+            .any(|(n, i)| *i == id && n.as_ref() == server_name)
     }
 
     pub fn remove_if(&mut self, server_name: &[u8], id: u64) {
@@ -358,13 +352,15 @@ mod tests {
         s.add(name.clone(), 2);
         s.replay_failed(&name, 1);
         s.remove_if(&name, 2);
-        assert!(s.take_lost(&name, 1), "copy 1 was never made");
-        assert!(!s.take_lost(&name, 1));
+        assert!(s.was_lost(&name, 1), "copy 1 was never made");
+        assert!(s.was_lost(&name, 1), "asked again in the same batch");
+        s.add(name.clone(), 1);
+        assert!(!s.was_lost(&name, 1), "made since");
         // A replay that failed with nothing after it is simply gone.
         s.add(name.clone(), 3);
         s.replay_failed(&name, 3);
         assert_eq!(s.holds(&name), None);
-        assert!(!s.take_lost(&name, 3));
+        assert!(!s.was_lost(&name, 3));
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub(super) fn settle(
             // A statement this Parse replaced is still on the server under the same name,
             // unless it was replayed there for this Parse and the replay failed.
             if let Some(old) = client.reject(&name, id) {
-                if old.server_name == server_name && !server.take_lost(&server_name, old.id) {
+                if old.server_name == server_name && !server.was_lost(&server_name, old.id) {
                     server.add(old.server_name.clone(), old.id);
                 }
             }
@@ -31,13 +31,18 @@ pub(super) fn settle(
         Owed::Replay { server_name, id } if failed => server.replay_failed(&server_name, id),
         // A Close the server skipped: the copy is still there.
         // Entries settle in order, so a Parse sent after this Close settles after it.
-        Owed::InjectedClose { server_name, id } if failed => server.add(server_name, id),
+        // Unless its replay in the same batch was skipped: then it never was.
+        Owed::InjectedClose { server_name, id } if failed && !server.was_lost(&server_name, id) => {
+            server.add(server_name, id)
+        }
         // A client's Close the server skipped: the statement and its copy are still there,
-        // unless that copy's own Parse was skipped too (the server never made it).
+        // unless that copy's own Parse or its replay was skipped too (the server never made it).
         Owed::ClientClose { name, kept, had } if failed => {
             let never_made = client.is_rejected(kept.id);
             if let Some(id) = had.filter(|&id| !(never_made && id == kept.id)) {
-                server.add(kept.server_name.clone(), id);
+                if !server.was_lost(&kept.server_name, id) {
+                    server.add(kept.server_name.clone(), id);
+                }
             }
             client.restore(&name, kept);
         }
@@ -45,7 +50,10 @@ pub(super) fn settle(
         // server, also a copy an earlier failed Parse's settlement brought back (copies of
         // later Parses, with higher ids, were made after it and stay).
         Owed::ClientClose { kept, .. } => {
-            if server.holds(&kept.server_name).is_some_and(|id| id <= kept.id) {
+            if server
+                .holds(&kept.server_name)
+                .is_some_and(|id| id <= kept.id)
+            {
                 server.remove(&kept.server_name);
             }
             client.forget_rejected(kept.id);

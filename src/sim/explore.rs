@@ -19,11 +19,15 @@ pub struct Found {
 
 impl std::fmt::Display for Found {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "setup {}, seed {}: {}", self.setup, self.seed, self.failure)?;
+        writeln!(
+            f,
+            "setup {}, seed {}: {}",
+            self.setup, self.seed, self.failure
+        )?;
         write!(
             f,
-            "replay: DROID_SIM_SETUP={} DROID_SIM_SEED={} cargo test --lib sim::tests::replay \
-             -- --nocapture\nprogram: {}",
+            "replay: DROID_SIM_SETUP={} DROID_SIM_SEED={} DROID_SIM_PROGRAM='{}' DROID_SIM_TRACE=1 \
+             cargo test --lib sim::tests::replay -- --nocapture",
             self.setup, self.seed, self.program
         )
     }
@@ -47,7 +51,9 @@ pub fn explore(setup: &Setup, seeds: Range<u64>) -> Result<Stats, Box<Found>> {
 
 /// Shrinks a failing program (same seed, same schedule choices) and describes it.
 pub fn found(setup: &Setup, seed: u64, program: &Program, failure: Failure) -> Found {
-    let small = shrink(program, &setup.rules, |p| harness::run(setup, p, seed).is_err());
+    let small = shrink(program, &setup.rules, |p| {
+        harness::run(setup, p, seed).is_err()
+    });
     let failure = harness::run(setup, &small, seed).err().unwrap_or(failure);
     Found {
         setup: setup.name,

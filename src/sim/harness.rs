@@ -183,6 +183,9 @@ struct SimClient<'p> {
     wait_for: usize,
     server: Option<usize>,
     phase: Phase,
+    /// It departed from the direct run in a documented way ([`direct::Departure::Ends`]):
+    /// compared up to there, it then writes the rest of its program without waiting.
+    departed: bool,
 }
 
 /// One simulation run of a program through a setup.
@@ -198,6 +201,23 @@ pub struct Sim<'p> {
     resume: Vec<usize>,
     clients: Vec<SimClient<'p>>,
     steps: u64,
+    /// Prints every message between pooler and servers (`DROID_SIM_TRACE`, for replays).
+    trace: bool,
+}
+
+/// The messages in `bytes`, one line each (tag and the start of the body), for traces.
+fn describe(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    let mut rest = bytes;
+    while rest.len() >= frame::HEADER_LEN {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize + 1;
+        let end = len.min(rest.len());
+        let body = String::from_utf8_lossy(&rest[frame::HEADER_LEN..end]);
+        let body: String = body.chars().take(70).collect();
+        out.push_str(&format!("\n    {} {body:?}", rest[0] as char));
+        rest = &rest[end..];
+    }
+    out
 }
 
 /// The metrics every simulation reports to (the registry is costly to build, and nothing
@@ -255,6 +275,7 @@ impl<'p> Sim<'p> {
                 wait_for: 0,
                 server: None,
                 phase: Phase::Running,
+                departed: false,
             })
             .collect();
         Sim {
@@ -271,6 +292,7 @@ impl<'p> Sim<'p> {
             resume: Vec::new(),
             clients,
             steps: 0,
+            trace: std::env::var_os("DROID_SIM_TRACE").is_some(),
         }
     }
 
@@ -342,7 +364,11 @@ impl<'p> Sim<'p> {
                 let srv = &mut self.servers[s];
                 let n = self.rng.gen_range(1..=srv.to_model.len());
                 let bytes = srv.to_model.split_to(n);
+                let before = srv.from_model.len();
                 srv.model.feed(&mut self.db, &bytes, &mut srv.from_model);
+                if self.trace && srv.from_model.len() > before {
+                    eprintln!("server {s} answers:{}", describe(&srv.from_model[before..]));
+                }
                 Ok(())
             }
             Action::FromModel(s) => {
@@ -375,7 +401,7 @@ impl<'p> Sim<'p> {
             End::Fence => self.fence_count(c),
         };
         let cl = &mut self.clients[c];
-        cl.wait_for = wait_for;
+        cl.wait_for = if cl.departed { 0 } else { wait_for };
         cl.next_write += 1;
         Ok(())
     }
@@ -515,6 +541,12 @@ impl<'p> Sim<'p> {
     fn flush_server(&mut self, c: usize) {
         let cl = &mut self.clients[c];
         if let Some(s) = cl.server {
+            if self.trace && !cl.relay.server_out().is_empty() {
+                eprintln!(
+                    "client {c} to server {s}:{}",
+                    describe(cl.relay.server_out())
+                );
+            }
             self.servers[s]
                 .to_model
                 .extend_from_slice(cl.relay.server_out());
@@ -534,7 +566,19 @@ impl<'p> Sim<'p> {
         let cl = &mut self.clients[c];
         loop {
             match frame::cut(&mut cl.received, usize::MAX) {
-                Ok(Some(f)) => cl.frames.push(f),
+                Ok(Some(f)) => {
+                    let i = cl.frames.len();
+                    let ends = !cl.departed
+                        && cl.expected.messages.get(i).is_some_and(|e| {
+                            direct::documented(e, &f, &cl.frames) == Some(direct::Departure::Ends)
+                        });
+                    if ends {
+                        cl.departed = true;
+                        cl.wait_for = 0;
+                        cl.expected.messages.truncate(i);
+                    }
+                    cl.frames.push(f);
+                }
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(fail(Some(c), format!("client got a broken message: {e}"))),
             }
@@ -641,8 +685,7 @@ impl<'p> Sim<'p> {
                 rng,
                 received: &mut cl.received,
             };
-            cl.relay
-                .finish(server.map(|s| &servers[s].state), &mut io)
+            cl.relay.finish(server.map(|s| &servers[s].state), &mut io)
         };
         self.clients[c].phase = Phase::Done;
         if let Some(s) = server {
@@ -687,8 +730,16 @@ impl<'p> Sim<'p> {
     /// Nothing more can happen: every client must be done, with what it expected.
     fn at_rest(&mut self) -> Result<(), Failure> {
         for (i, cl) in self.clients.iter().enumerate() {
-            if let Some(d) = direct::first_difference(&cl.expected.messages, &cl.frames) {
+            let upto = if cl.departed {
+                cl.expected.messages.len()
+            } else {
+                cl.frames.len()
+            };
+            if let Some(d) = direct::first_difference(&cl.expected.messages, &cl.frames[..upto]) {
                 return Err(fail(Some(i), d));
+            }
+            if cl.departed {
+                continue;
             }
             if cl.phase != Phase::Done && !cl.expected.closed && !cl.expected.stalled {
                 return Err(fail(
@@ -706,9 +757,14 @@ impl<'p> Sim<'p> {
             let srv = &self.servers[s];
             // Bytes still on their way to it may only be ones that owe nothing (a Flush, COPY
             // data a finished COPY drops): the model must not have answered anything.
-            if !srv.state.replies.is_empty() || !srv.state.rbuf.is_empty() || !srv.from_model.is_empty()
+            if !srv.state.replies.is_empty()
+                || !srv.state.rbuf.is_empty()
+                || !srv.from_model.is_empty()
             {
-                return Err(fail(None, format!("server {s} is back in the pool owing replies")));
+                return Err(fail(
+                    None,
+                    format!("server {s} is back in the pool owing replies"),
+                ));
             }
             if srv.model.tx_status() != backend::TX_IDLE || srv.model.in_copy_in() {
                 return Err(fail(
@@ -733,11 +789,10 @@ impl<'p> Sim<'p> {
             }
             // What the client received must so far agree with the direct run.
             let n = cl.frames.len().min(cl.expected.messages.len());
-            if let Some(d) = direct::first_difference(&cl.expected.messages[..n], &cl.frames[..n])
-            {
+            if let Some(d) = direct::first_difference(&cl.expected.messages[..n], &cl.frames[..n]) {
                 return Err(fail(Some(i), d));
             }
-            if cl.frames.len() > cl.expected.messages.len() {
+            if cl.frames.len() > cl.expected.messages.len() && !cl.departed {
                 return Err(fail(Some(i), "received more than directly"));
             }
         }

@@ -33,15 +33,25 @@ fn every_setup_agrees_with_the_model() {
     }
 }
 
-/// Replays one seed of one setup, printing the run.
+/// Replays one seed of one setup, or with `DROID_SIM_PROGRAM` (a printed program) that
+/// program alone under the seed's schedule; `DROID_SIM_TRACE` prints the server traffic.
 #[test]
 fn replay() {
-    let (Ok(name), Ok(seed)) = (std::env::var("DROID_SIM_SETUP"), std::env::var("DROID_SIM_SEED"))
-    else {
+    let (Ok(name), Ok(seed)) = (
+        std::env::var("DROID_SIM_SETUP"),
+        std::env::var("DROID_SIM_SEED"),
+    ) else {
         return;
     };
     let s = setup(&name).expect("a setup of harness::SETUPS");
     let seed: u64 = seed.parse().expect("a number");
+    if let Ok(text) = std::env::var("DROID_SIM_PROGRAM") {
+        let program: super::program::Program = text.parse().expect("a printed program");
+        if let Err(failure) = super::harness::run(s, &program, seed) {
+            panic!("setup {}, seed {seed}: {failure}", s.name);
+        }
+        return;
+    }
     if let Err(found) = explore(s, seed..seed + 1) {
         panic!("{found}");
     }
