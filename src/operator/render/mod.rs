@@ -5,11 +5,13 @@
 mod admin;
 mod budget;
 mod failover;
+mod meta;
 mod names;
 mod objects;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod volumes;
 
 pub use admin::{
     admin_secret, admin_secret_name, mounts_admin_secret, ADMIN_DIR, MOCK_SECRET_KEY, TOKEN_KEY,
@@ -18,10 +20,11 @@ pub use budget::{sizing, Readers, Sizing};
 pub use failover::{Facts, CNPG_HOLD};
 pub use names::{check_names, is_dns_subdomain, DNS_SUBDOMAIN, SECRET_KEY};
 
+pub use meta::{labels, selector_labels, selector_string};
 pub use objects::{
-    config_map, deployment, labels, pdb, selector_labels, selector_string, service,
-    service_account, service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CLIENT_USERS_DIR,
-    CONFIG_DIR, CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+    config_map, deployment, pdb, service, service_account, service_account_name, ADMIN_PORT,
+    CLIENT_PASSWORDS_DIR, CLIENT_USERS_DIR, CONFIG_DIR, CONFIG_KEY, PG_PORT,
+    RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
 };
 pub use shared::{peer_id_of, peers, wants_peers, PeerPod};
 
