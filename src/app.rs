@@ -198,7 +198,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     {
         return Stopped::Drained;
     }
-    let cancelled = shared.cancels.cancel_all(shared);
+    let cancelled = shared.cancels.cancel_all(shared.cancel_sender());
     tracing::warn!(cancelled, "drain deadline near: cancelling running queries");
     let _ = tokio::time::timeout_at(deadline, tracker.wait()).await;
     if !tracker.is_empty() {

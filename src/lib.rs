@@ -9,8 +9,10 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod cancel;
 pub mod client;
 pub mod config;
+pub mod counters;
 pub mod events;
 pub mod lifecycle;
 pub mod metrics;

@@ -2,7 +2,6 @@
 //! between the client and the server it holds.
 
 mod auth;
-pub mod cancel;
 mod check;
 mod checkout;
 pub mod command;
@@ -13,7 +12,6 @@ mod error;
 mod finish;
 mod flush;
 mod io;
-pub mod peers;
 mod session;
 mod startup;
 mod sync;

@@ -11,18 +11,19 @@ use std::time::Instant;
 
 use tokio_util::io::poll_read_buf;
 
-use super::cancel::CancelSlot;
 use super::error::ClientError;
 use super::io::poll_read_some;
 use super::startup::Login;
 use super::timer::Timer;
+use crate::cancel::CancelSlot;
+use crate::counters::WarmSlot;
 use crate::lifecycle::Watch;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{Io, Kind, Next, Policy, Relay};
 use crate::server::Server;
-use crate::shared::{Shared, WarmSlot};
+use crate::shared::Shared;
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -427,7 +428,7 @@ impl<'a> Session<'a> {
                     client = self.relay.id(),
                     "query_timeout: cancelling the running query"
                 );
-                self.cancel.cancel_now(&self.shared);
+                self.cancel.cancel_now(self.shared.cancel_sender());
                 return Ok(());
             }
             Kind::IdleTransaction => (
@@ -447,7 +448,7 @@ impl<'a> Session<'a> {
         );
         if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
             // A statement still runs: cancel it, or the backend would run it to its end.
-            self.cancel.cancel_now(&self.shared);
+            self.cancel.cancel_now(self.shared.cancel_sender());
         }
         // Not returned to the pool: closing it is PostgreSQL's rollback.
         self.relay.forget_server_fatal();

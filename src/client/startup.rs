@@ -10,9 +10,9 @@ use bytes::BytesMut;
 use crate::config::{AuthMethod, ClientTlsMode};
 use crate::net::ClientStream;
 
-use super::cancel::CancelSlot;
 use super::error::ClientError;
 use super::io::read_chunk;
+use crate::cancel::CancelSlot;
 use crate::params::{ClientParams, Params};
 use crate::pool::{Pool, PoolKey};
 use crate::protocol::startup::{self, StartupError, StartupLimits, StartupPacket};
@@ -64,10 +64,25 @@ pub async fn login(
                 message: "client login timeout".into(),
             }),
         };
-    if let Some((pid, secret)) = cancel {
-        super::peers::cancel(shared, pid, secret).await;
+    if let Some(key) = cancel {
+        forward_cancel(shared, key).await;
     }
     res
+}
+
+/// Cancels what this pooler's client with that key runs, or forwards the request to the peer
+/// that issued the key, and counts how it went.
+async fn forward_cancel(shared: &Shared, key: (i32, i32)) {
+    let cfg = shared.config.load();
+    let own = crate::cancel::own_peer_id(&cfg, shared.hostname.as_deref());
+    let sender = shared.cancel_sender();
+    let result = crate::cancel::handle_request(&shared.cancels, sender, &cfg, own, key).await;
+    shared
+        .metrics
+        .clients
+        .cancels
+        .with_label_values(&[result])
+        .inc();
 }
 
 /// `cancel`: set to the key of a CancelRequest, which the caller forwards.
@@ -241,7 +256,7 @@ async fn login_inner(
     for (k, v) in server_params.iter() {
         backend::parameter_status(&mut out, k, requested.get(k).unwrap_or(v));
     }
-    let peer = super::peers::own_peer_id(&full, shared.hostname.as_deref());
+    let peer = crate::cancel::own_peer_id(&full, shared.hostname.as_deref());
     let (cancel_key, cancel) = shared
         .cancels
         .register(pool.shared_name(), &key.database, peer);

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::settings::{default_hosts, resolve, Resolved, RouteSpec};
 use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell};
+use crate::counters::Counters;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::{LearnedSecrets, SecretCell, ServerSecret, ServerTarget, TargetSecret};
-use crate::shared::Counters;
 
 /// Pool count above which unused pools are swept on the next new one.
 const SWEEP_ABOVE: usize = 16;

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use super::send::{send_cancel, CancelSender};
+use super::Cancels;
 use crate::config::Config;
-use crate::shared::Shared;
 
 /// Set in the process id of a forwarded request.
 pub const FORWARDED: i32 = 1 << 30;
@@ -75,32 +76,30 @@ pub fn own_peer_id(cfg: &Config, hostname: Option<&str>) -> u16 {
         .map_or(0, |p| p.id)
 }
 
-/// Handles a CancelRequest: cancels this pooler's client's query, or forwards the request to
-/// the peer that issued the key; anything else is dropped (nobody is answered).
-pub async fn cancel(shared: &Shared, pid: i32, secret: i32) {
-    let counted = |result: &str| {
-        shared
-            .metrics
-            .clients
-            .cancels
-            .with_label_values(&[result])
-            .inc()
-    };
-    if shared
-        .cancels
-        .forward(pid & !FORWARDED, secret, shared)
-        .await
-    {
-        return counted("local");
+/// Handles a CancelRequest for key (`pid`, `secret`): cancels what this pooler's client with
+/// that key runs (through `sender`), or forwards the request to the peer that issued the key,
+/// by `cfg`'s peers and this pooler's number `own`; anything else is dropped (nobody is
+/// answered). Returns how it was handled, the `result` label of
+/// `droidpool_client_cancels_total`: `local`, `unknown`, `forwarded` or `forward_failed`.
+pub async fn handle_request(
+    cancels: &Cancels,
+    sender: CancelSender,
+    cfg: &Config,
+    own: u16,
+    (pid, secret): (i32, i32),
+) -> &'static str {
+    if cancels.forward(pid & !FORWARDED, secret, sender).await {
+        return "local";
     }
-    let cfg = shared.config.load();
-    let own = own_peer_id(&cfg, shared.hostname.as_deref());
-    match route(&cfg, own, pid) {
-        Route::Here => counted("unknown"),
+    match route(cfg, own, pid) {
+        Route::Here => "unknown",
         Route::Peer(address) => {
-            let sent =
-                super::cancel::send_cancel(address, pid | FORWARDED, secret, FORWARD_TIMEOUT).await;
-            counted(if sent { "forwarded" } else { "forward_failed" });
+            let sent = send_cancel(address, pid | FORWARDED, secret, FORWARD_TIMEOUT).await;
+            if sent {
+                "forwarded"
+            } else {
+                "forward_failed"
+            }
         }
     }
 }
