@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use super::error::ClientError;
-use super::io::read_some;
 use super::session::Session;
 use super::timer::Timer;
+use crate::net::read::read_some;
 use crate::pool::CloseReason;
 use crate::relay::Policy;
 use crate::server::Server;

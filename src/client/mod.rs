@@ -1,19 +1,13 @@
-//! One task per client connection: startup and authentication, then the session that relays
-//! between the client and the server it holds.
+//! One task per client connection: the login (`crate::login`), then the session that relays
+//! between the client and the server it holds, or the admin console's session
+//! (`crate::admin::console`).
 
-mod auth;
 mod check;
 mod checkout;
-pub mod command;
-pub mod console;
-mod console_act;
-mod console_show;
 mod error;
 mod finish;
 mod flush;
-mod io;
 mod session;
-mod startup;
 mod sync;
 mod timer;
 
@@ -25,6 +19,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
+use crate::admin::console;
+use crate::login::{self, Outcome};
 use crate::net::admission::Pending;
 use crate::net::ClientStream;
 
@@ -45,15 +41,21 @@ pub fn serve(
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     set_liveness_options(&stream, &shared.config.load().client);
-    let login = Box::pin(login(ClientStream::Plain(stream), shared.clone(), pending));
+    let login = Box::pin(run_login(
+        ClientStream::Plain(stream),
+        shared.clone(),
+        pending,
+    ));
     async move {
         let (mut stream, id, res) = login.await;
         let res = match res {
-            Ok(startup::Outcome::Session(login)) => session(&mut stream, &shared, login).await,
-            Ok(startup::Outcome::Console(who, buf, out)) => {
-                Box::pin(console::serve(&mut stream, &shared, who, buf, out)).await
+            Ok(Outcome::Session(login)) => session(&mut stream, &shared, login).await,
+            Ok(Outcome::Console(who, buf, out)) => {
+                Box::pin(console::serve(&mut stream, &shared, who, buf, out))
+                    .await
+                    .map_err(ClientError::from)
             }
-            Ok(startup::Outcome::Done) => Ok(()),
+            Ok(Outcome::Done) => Ok(()),
             Err(e) => Err(e),
         };
         Box::pin(ended(&mut stream, &shared, id, res)).await;
@@ -70,11 +72,7 @@ async fn ended(
     let l = &shared.lifecycle;
     let outcome = match &res {
         Err(ClientError::Shutdown { forced: true }) => &l.aborted,
-        Err(ClientError::Fatal { code, .. })
-            if *code == crate::protocol::sqlstate::TOO_MANY_CONNECTIONS =>
-        {
-            &l.refused
-        }
+        Err(e) if e.is_refusal() => &l.refused,
         _ => &l.completed,
     };
     outcome.fetch_add(1, Ordering::Relaxed);
@@ -132,18 +130,14 @@ async fn report(stream: &mut ClientStream, e: &ClientError) {
 
 /// Startup and authentication, ended early (53300) if a newer connection needs the pending
 /// login's slot. Returns the stream and the client's number (once it has one) either way.
-async fn login(
+async fn run_login(
     mut stream: ClientStream,
     shared: Arc<Shared>,
     pending: Pending,
-) -> (
-    ClientStream,
-    Option<u64>,
-    Result<startup::Outcome, ClientError>,
-) {
+) -> (ClientStream, Option<u64>, Result<Outcome, ClientError>) {
     let mut id = None;
     let res = tokio::select! {
-        r = startup::login(&mut stream, &shared, &mut id) => r,
+        r = login::login(&mut stream, &shared, &mut id) => r.map_err(ClientError::from),
         _ = pending.evicted() => Err(ClientError::Fatal {
             code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
             message: "too many connections are still logging in \
@@ -158,7 +152,7 @@ async fn login(
 fn session<'a>(
     stream: &'a mut ClientStream,
     shared: &Arc<Shared>,
-    login: startup::Login,
+    login: login::Login,
 ) -> impl std::future::Future<Output = Result<(), ClientError>> + 'a {
     let key = login.key;
     let mut session = session::Session::new(stream, shared.clone(), login);

@@ -12,12 +12,12 @@ use std::time::Instant;
 use tokio_util::io::poll_read_buf;
 
 use super::error::ClientError;
-use super::io::poll_read_some;
-use super::startup::Login;
 use super::timer::Timer;
 use crate::cancel::CancelSlot;
 use crate::counters::WarmSlot;
 use crate::lifecycle::Watch;
+use crate::login::Login;
+use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;

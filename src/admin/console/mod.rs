@@ -1,107 +1,24 @@
-//! The SQL admin console: `psql -d droidpool` (or `pgbouncer`) as a configured console user.
-//! Simple query protocol only; PgBouncer's column names where the concept is the same.
+//! The admin console, shared by the SQL console (`psql -d droidpool`, or `pgbouncer`, as a
+//! configured console user: the client login hands the session to [`session::serve`]) and
+//! `POST /console` of the admin server: the command language (`command`), what each command
+//! shows (`show`) or does (`act`), and its answers as rows or as text.
+
+mod act;
+pub mod command;
+mod session;
+mod show;
+
+pub use session::{serve, ConsoleError};
 
 use std::sync::Arc;
 
-use crate::net::ClientStream;
-use bytes::{BufMut, BytesMut};
-
-use super::command::Command;
-use super::console_act as act;
-use super::console_show as show;
-use super::error::{error_fields, ClientError};
-use super::io::read_some;
-use crate::protocol::frame::{self, begin, finish};
-use crate::protocol::{backend, frontend, sqlstate};
+use crate::protocol::sqlstate;
 use crate::shared::Shared;
+use command::Command;
 
 /// The database names that reach the console.
 pub fn is_console_database(db: &str) -> bool {
     db == "droidpool" || db == "pgbouncer"
-}
-
-/// Serves a console session after a successful console login.
-pub(super) async fn serve(
-    stream: &mut ClientStream,
-    shared: &Arc<Shared>,
-    who: Caller,
-    mut buf: BytesMut,
-    mut out: BytesMut,
-) -> Result<(), ClientError> {
-    backend::auth_ok(&mut out);
-    for (k, v) in [
-        (
-            "server_version",
-            concat!("15.0 (droid-pool ", env!("CARGO_PKG_VERSION"), ")"),
-        ),
-        ("client_encoding", "UTF8"),
-        ("server_encoding", "UTF8"),
-        ("DateStyle", "ISO, MDY"),
-        ("integer_datetimes", "on"),
-        ("standard_conforming_strings", "on"),
-    ] {
-        backend::parameter_status(&mut out, k, v);
-    }
-    backend::backend_key_data(&mut out, 0, 0);
-    backend::ready_for_query(&mut out, backend::TX_IDLE);
-    stream.send(&out).await?;
-    loop {
-        let Some(f) =
-            frame::cut(&mut buf, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?
-        else {
-            if read_some(stream, &mut buf).await? == 0 {
-                return Ok(());
-            }
-            continue;
-        };
-        let mut out = BytesMut::new();
-        match f.tag {
-            frontend::TERMINATE_TAG => return Ok(()),
-            frontend::QUERY_TAG => {
-                let sql = frontend::query_text(&f.bytes).unwrap_or_default();
-                let sql = String::from_utf8_lossy(sql);
-                // A command that waits (PAUSE, KILL, WAIT_CLOSE) waits no longer than its
-                // client: one that leaves ends the wait.
-                {
-                    let work = run(shared, &sql, &who, &mut out);
-                    tokio::pin!(work);
-                    loop {
-                        tokio::select! {
-                            () = &mut work => break,
-                            r = read_some(stream, &mut buf), if buf.len() < 1 << 20 => {
-                                if r? == 0 {
-                                    return Ok(());
-                                }
-                            }
-                        }
-                    }
-                }
-                backend::ready_for_query(&mut out, backend::TX_IDLE);
-            }
-            frontend::SYNC_TAG => backend::ready_for_query(&mut out, backend::TX_IDLE),
-            _ => {
-                let e = error_fields(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "the admin console speaks the simple query protocol only".into(),
-                );
-                backend::error_response(&mut out, &e);
-            }
-        }
-        stream.send(&out).await?;
-    }
-}
-
-async fn run(shared: &Arc<Shared>, sql: &str, who: &Caller, out: &mut BytesMut) {
-    match execute(shared, sql, who).await {
-        Answer::Table(cols, rows) => {
-            table(out, cols, &rows);
-            complete(out, "SHOW");
-        }
-        Answer::Done(tag) => complete(out, tag),
-        Answer::Error(code, message) => {
-            backend::error_response(out, &error_fields(code, message));
-        }
-    }
 }
 
 /// What a console command answers, for the console's protocol or the admin HTTP server.
@@ -228,36 +145,3 @@ const USAGE: &str =
     "SHOW POOLS|STATS|CLIENTS|SERVERS|CONFIG|VERSION|DATABASES|USERS|LISTS|STATE|TOTALS, \
     PAUSE [db], RESUME [db], DISABLE db, ENABLE db, KILL [db], KILL_CLIENT id, RECONNECT [db], \
     WAIT_CLOSE [db], RELOAD, SHUTDOWN";
-
-fn table(out: &mut BytesMut, cols: &[&str], rows: &[Vec<String>]) {
-    let at = begin(out, backend::ROW_DESCRIPTION_TAG);
-    out.put_i16(cols.len() as i16);
-    for c in cols {
-        out.put_slice(c.as_bytes());
-        out.put_u8(0);
-        out.put_i32(0); // table oid
-        out.put_i16(0); // column number
-        out.put_i32(25); // text
-        out.put_i16(-1);
-        out.put_i32(-1);
-        out.put_i16(0); // text format
-    }
-    finish(out, at);
-    for row in rows {
-        let at = begin(out, backend::DATA_ROW_TAG);
-        out.put_i16(row.len() as i16);
-        for v in row {
-            let v = escape(v);
-            out.put_i32(v.len() as i32);
-            out.put_slice(v.as_bytes());
-        }
-        finish(out, at);
-    }
-}
-
-fn complete(out: &mut BytesMut, tag: &str) {
-    let at = begin(out, backend::COMMAND_COMPLETE_TAG);
-    out.put_slice(tag.as_bytes());
-    out.put_u8(0);
-    finish(out, at);
-}
