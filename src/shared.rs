@@ -3,8 +3,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::auth::AuthStore;
 use crate::cancel::{CancelSender, Cancels};
 use crate::config::{Config, ConfigCell};
@@ -24,7 +22,7 @@ pub struct Shared {
     pub pools: Arc<Pools>,
     pub metrics: Arc<Metrics>,
     pub cancels: Cancels,
-    pub shutdown: CancellationToken,
+    /// Startup, readiness, PAUSE and the drain: what every task ends by.
     pub lifecycle: Arc<Lifecycle>,
     /// Rung by SIGHUP and `POST /reload`.
     pub reload: Notify,
@@ -42,7 +40,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
+    pub fn new(config: Config) -> Arc<Shared> {
         let events = Events::new(config.log.events);
         let pgbouncer_names = config.admin.pgbouncer_metric_names;
         let config = Arc::new(ConfigCell::new(config));
@@ -57,13 +55,13 @@ impl Shared {
             events,
             counters.clone(),
             metrics.clone(),
-            shutdown.clone(),
             tls.clone(),
         ));
         let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {
             tracing::warn!(error = %e, "pool gauges unavailable");
         }
+        let lifecycle = Arc::new(Lifecycle::new(metrics.lifecycle.drain_state.clone()));
         Arc::new(Shared {
             pools,
             metrics,
@@ -71,8 +69,7 @@ impl Shared {
             events,
             counters,
             cancels: Cancels::default(),
-            shutdown,
-            lifecycle: Arc::new(Lifecycle::default()),
+            lifecycle,
             reload: Notify::new(),
             tls,
             auth: Arc::new(AuthStore::default()),
@@ -196,7 +193,7 @@ mod tests {
         std::fs::write(&list, line("app", &v1) + &line("ops", &other)).unwrap();
         let mut cfg = Config::default();
         cfg.auth.users_file = Some(list.clone());
-        let shared = Shared::new(cfg.clone(), CancellationToken::new());
+        let shared = Shared::new(cfg.clone());
         shared.load_secrets(&cfg).unwrap();
         let secret = proved(&Verifier::parse(&v1).unwrap(), "pw1");
         assert!(!format!("{secret:?} {:?}", shared.pools.learned()).contains("pw1"));

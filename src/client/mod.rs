@@ -76,7 +76,7 @@ async fn ended(
         _ => &l.completed,
     };
     outcome.fetch_add(1, Ordering::Relaxed);
-    if l.drain.is_cancelled() && id.is_some() {
+    if l.is_draining() && id.is_some() {
         let how = match &res {
             Err(ClientError::Shutdown { forced: true }) => "aborted",
             Err(ClientError::Shutdown { forced: false }) => "closed_at_boundary",
@@ -180,7 +180,7 @@ mod size_tests {
             let c = tokio::net::TcpStream::connect(l.local_addr().expect("addr"))
                 .await
                 .expect("connect");
-            let shared = crate::shared::Shared::new(Default::default(), Default::default());
+            let shared = crate::shared::Shared::new(Default::default());
             let (pending, _) = shared.pending_logins.admit([127, 0, 0, 1].into(), 1, 1);
             let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);
