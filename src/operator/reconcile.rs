@@ -177,7 +177,9 @@ async fn observe_all(
     }
     let poolers = match observe::poolers(&ctx.client, ns, pc).await {
         Ok(n) => n,
-        Err(ObserveError::Selector(m)) => return Ok(Err(Stop::new("InvalidSpec", m, None))),
+        Err(ObserveError::Selector(e)) => {
+            return Ok(Err(Stop::new("InvalidSpec", e.to_string(), None)))
+        }
         Err(ObserveError::Kube(e)) => return Err(e.into()),
     };
     if let Some(missing) = observe::missing_secret(&ctx.client, ns, pc).await? {
