@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::send::{send_cancel, CancelSender};
-use super::Cancels;
 use crate::config::Config;
 
 /// Set in the process id of a forwarded request.
@@ -21,7 +19,7 @@ pub const FORWARDED: i32 = 1 << 30;
 /// Where the peer number starts in a process id.
 const PEER_SHIFT: u32 = 16;
 /// The longest a forward may take (connect and send).
-const FORWARD_TIMEOUT: Duration = Duration::from_millis(500);
+pub(super) const FORWARD_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A process id for a new client's key: this pooler's `peer` number and random bits; without
 /// a peer number, 30 random bits.
@@ -74,34 +72,6 @@ pub fn own_peer_id(cfg: &Config, hostname: Option<&str>) -> u16 {
         .iter()
         .find(|p| p.name.as_deref() == Some(host))
         .map_or(0, |p| p.id)
-}
-
-/// Handles a CancelRequest for key (`pid`, `secret`): cancels what this pooler's client with
-/// that key runs (through `sender`), or forwards the request to the peer that issued the key,
-/// by `cfg`'s peers and this pooler's number `own`; anything else is dropped (nobody is
-/// answered). Returns how it was handled, the `result` label of
-/// `droidpool_client_cancels_total`: `local`, `unknown`, `forwarded` or `forward_failed`.
-pub async fn handle_request(
-    cancels: &Cancels,
-    sender: CancelSender,
-    cfg: &Config,
-    own: u16,
-    (pid, secret): (i32, i32),
-) -> &'static str {
-    if cancels.forward(pid & !FORWARDED, secret, sender).await {
-        return "local";
-    }
-    match route(cfg, own, pid) {
-        Route::Here => "unknown",
-        Route::Peer(address) => {
-            let sent = send_cancel(address, pid | FORWARDED, secret, FORWARD_TIMEOUT).await;
-            if sent {
-                "forwarded"
-            } else {
-                "forward_failed"
-            }
-        }
-    }
 }
 
 #[cfg(test)]

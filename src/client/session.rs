@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio_util::io::poll_read_buf;
 
-use super::error::ClientError;
+use super::error::{ClientError, Loss};
 use super::timer::Timer;
 use crate::cancel::CancelSlot;
 use crate::counters::WarmSlot;
@@ -233,7 +233,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 Event::Server(r) => match r {
-                    Ok(0) => return Err(ClientError::ServerLost(crate::client::Loss::Closed)),
+                    Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
                     Err(e) => return Err(ClientError::ServerLost(e.into())),
                     Ok(_) => {
                         self.on_server().await?;

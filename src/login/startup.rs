@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::LoginError;
+use super::error::LoginError;
 use crate::config::ClientTlsMode;
 use crate::net::read::read_chunk;
 use crate::net::ClientStream;

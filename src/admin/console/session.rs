@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
-use super::{escape, execute, Answer, Caller};
+use super::answer::{escape, Answer};
+use super::execute::{execute, Caller};
 use crate::net::read::read_some;
 use crate::net::ClientStream;
 use crate::protocol::frame::{self, begin, finish};
