@@ -90,7 +90,12 @@ pub(super) async fn authenticate(
     if let Some(keys) = proved {
         return Ok(cred.and_then(|c| c.server_secret(keys)));
     }
-    let peer = ex.stream.peer_addr().ok();
+    Err(refused(shared, user, ex.stream.peer_addr().ok()))
+}
+
+/// A wrong password (or an unknown user): logged at a bounded rate, so a password-guessing
+/// flood cannot flood the log too, and answered as PostgreSQL answers it.
+fn refused(shared: &Shared, user: &str, peer: Option<std::net::SocketAddr>) -> LoginError {
     if let Some(suppressed) = shared.auth_failures.admit() {
         let peer = peer.map(|p| p.to_string()).unwrap_or_default();
         tracing::info!(
@@ -100,10 +105,10 @@ pub(super) async fn authenticate(
             "client authentication failed"
         );
     }
-    Err(LoginError::Fatal {
+    LoginError::Fatal {
         code: sqlstate::INVALID_PASSWORD,
         message: format!("password authentication failed for user \"{user}\""),
-    })
+    }
 }
 
 /// The user's credential from the files, else (if configured) from auth_query, looked up on
