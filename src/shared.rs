@@ -1,4 +1,7 @@
 //! The context every task shares, built once in the composition root and passed by handle.
+//! It holds the lower layers (config, pools, cancel registry, lifecycle, metrics, credentials)
+//! and imports nothing above them: the tasks that use it (client, login, admin, reload, app)
+//! sit above it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
