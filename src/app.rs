@@ -11,11 +11,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Cli, Config, DrainMode};
-use crate::lifecycle::DrainState;
 use crate::shared::Shared;
 
 #[derive(Debug, Error)]
@@ -43,7 +41,7 @@ pub enum Stopped {
 /// Runs the pooler until a drain finishes.
 pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
     let addr = SocketAddr::new(config.listen.addr, config.listen.port);
-    let shared = Shared::new(config.clone(), CancellationToken::new());
+    let shared = Shared::new(config.clone());
     shared.load_secrets(&config)?;
     // The admin server first: /startupz answers 503 until the listener is bound.
     let admin = crate::admin::start(shared.clone()).map_err(AppError::Admin)?;
@@ -63,10 +61,8 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
     // No accept loop any more: the drain's own loop proves the runtime turns.
     spawn_beat(shared.clone(), |l| l.accept_beat());
     let stopped = drain(&shared, &tracker).await;
-    shared.lifecycle.set_state(DrainState::Stopped);
-    shared.metrics.lifecycle.drain_state.set(3);
-    shared.shutdown.cancel();
-    shared.pools.close_all().await;
+    shared.lifecycle.drain.stop();
+    shared.pools.shut_down().await;
     let l = &shared.lifecycle;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     shared.events.shutdown_summary(
@@ -107,12 +103,14 @@ fn spawn_heartbeat(shared: Arc<Shared>) {
     spawn_beat(shared, |l| l.maintenance_beat());
 }
 
+/// Beats once a second until the pooler stops.
 fn spawn_beat(shared: Arc<Shared>, beat: fn(&crate::lifecycle::Lifecycle)) {
+    let mut shutdown = shared.lifecycle.shutdown();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = shared.shutdown.cancelled() => return,
+                _ = shutdown.stopped() => return,
                 _ = tick.tick() => beat(&shared.lifecycle),
             }
         }
@@ -123,9 +121,9 @@ fn spawn_beat(shared: Arc<Shared>, beat: fn(&crate::lifecycle::Lifecycle)) {
 async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &TaskTracker) {
     let l = &shared.lifecycle;
     let window = shared.config.load().drain.accept_window;
+    let mut shutdown = l.shutdown();
     let closing = async {
-        l.drain.cancelled().await;
-        shared.metrics.lifecycle.drain_state.set(1);
+        shutdown.draining().await;
         // Servers no client needs go back to PostgreSQL now, the rest as clients leave: a
         // terminating pod's connections still count against the budget its successors share.
         shared.pools.begin_drain().await;
@@ -182,11 +180,8 @@ fn admit(shared: &Shared, peer: SocketAddr) -> crate::net::admission::Pending {
 async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     let l = &shared.lifecycle;
     let cfg = shared.config.load().drain.clone();
-    l.set_state(DrainState::Closing);
-    shared.metrics.lifecycle.drain_state.set(2);
-    if cfg.mode == DrainMode::TransactionBoundary {
-        l.close_idle.fire();
-    }
+    l.drain
+        .close_listener(cfg.mode == DrainMode::TransactionBoundary);
     tracker.close();
     let remaining = cfg.timeout.saturating_sub(cfg.accept_window);
     let deadline = Instant::now() + remaining;
@@ -198,7 +193,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
     {
         return Stopped::Drained;
     }
-    let cancelled = shared.cancels.cancel_all(shared);
+    let cancelled = shared.cancels.cancel_all(shared.cancel_sender());
     tracing::warn!(cancelled, "drain deadline near: cancelling running queries");
     let _ = tokio::time::timeout_at(deadline, tracker.wait()).await;
     if !tracker.is_empty() {
@@ -206,8 +201,7 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
             clients = tracker.len(),
             "drain deadline: closing remaining clients"
         );
-        l.abort.fire();
-        l.close_idle.fire();
+        l.drain.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
     }
     Stopped::Forced

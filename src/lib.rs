@@ -2,18 +2,34 @@
 //!
 //! Glossary: a *client* is an application connection to the pooler; a *server* is a
 //! connection from the pooler to PostgreSQL; a *pool* holds the servers of one
-//! (database, user). Layers, lowest first: `protocol` (sans-IO codec), `config`, `params`,
-//! `prepared`, `events`; `server` (one PostgreSQL connection); `pool`; `client` (one task per
-//! client); `app` (listener and composition root). `sim` (feature `sim`) holds the
-//! deterministic simulation's model PostgreSQL and client programs; nothing else imports it.
+//! (database, user); a *session* is a logged-in client's task, the driver around the *relay*
+//! (its protocol state machine); a *drain* is the graceful stop SIGTERM starts.
+//!
+//! Layers, lowest first; each imports only layers below it, and no modules import each other:
+//! - `protocol` (sans-IO codec), `resilience`, `lifecycle` (latches and the drain's state),
+//!   `metrics`, `prepared`, `params`, `counters`: nothing of ours, or `protocol` alone;
+//! - `config`; `events`, `net` (sockets, TLS, reading a client while it idles);
+//! - `cancel` (cancel keys, KILL, forwarding between peers); `server` (one PostgreSQL
+//!   connection); `auth` (client credentials);
+//! - `relay` (pure) and `pool` side by side; `shared` (the context every task gets);
+//! - `admin` (the admin server and the console), `reload`; `login` (startup and
+//!   authentication); `client` (one task per client: login, then the session or the console);
+//! - `app` (listener, drain and composition root); `main.rs` on top. `operator` takes only
+//!   `config` types (and `resilience`'s backoff) from the rest. `sim` (feature `sim`, on by
+//!   default) holds the deterministic simulation: a model PostgreSQL, client programs and the
+//!   harness that drives relays against them; nothing else imports it. `session_state` (what
+//!   a statement does to session state) sits beside `prepared`.
 
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod cancel;
 pub mod client;
 pub mod config;
+pub mod counters;
 pub mod events;
 pub mod lifecycle;
+pub mod login;
 pub mod metrics;
 pub mod net;
 #[cfg(feature = "operator")]

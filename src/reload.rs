@@ -78,6 +78,7 @@ fn reload_secrets(shared: &Shared, cfg: &Config) {
 
 /// Watches for reload requests and file changes until shutdown.
 pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
+    let mut shutdown = shared.lifecycle.shutdown();
     tokio::spawn(async move {
         let mut last = cli.config.as_deref().map(fingerprint);
         let mut secrets = secret_fingerprints(&shared.config.load());
@@ -86,7 +87,7 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shared.shutdown.cancelled() => return,
+                _ = shutdown.stopped() => return,
                 _ = shared.reload.notified() => {}
                 _ = tick.tick() => {
                     let cfg = shared.config.load();

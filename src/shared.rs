@@ -1,63 +1,21 @@
 //! The context every task shares, built once in the composition root and passed by handle.
+//! It holds the lower layers (config, pools, cancel registry, lifecycle, metrics, credentials)
+//! and imports nothing above them: the tasks that use it (client, login, admin, reload, app)
+//! sit above it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::auth::AuthStore;
-use crate::client::cancel::Cancels;
+use crate::cancel::{CancelSender, Cancels};
 use crate::config::{Config, ConfigCell};
+use crate::counters::Counters;
 use crate::events::Events;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, SnapshotCollector, SnapshotSource};
 use crate::net::TlsCell;
 use crate::pool::Pools;
 use tokio::sync::Notify;
-
-/// Numbering and counts that are not metrics.
-#[derive(Debug, Default)]
-pub struct Counters {
-    next_client: AtomicU64,
-    next_server: AtomicU64,
-    /// Client connections open now (including those still in startup).
-    pub clients_open: AtomicUsize,
-    /// Sessions keeping their working buffers between transactions (see [`WarmSlot`]).
-    warm_sessions: AtomicUsize,
-}
-
-/// A session's right to keep its buffers and round between transactions; given back on drop.
-pub struct WarmSlot(Arc<Counters>);
-
-impl Drop for WarmSlot {
-    fn drop(&mut self) {
-        self.0.warm_sessions.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Counters {
-    pub fn next_client_id(&self) -> u64 {
-        self.next_client.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    pub fn next_server_id(&self) -> u64 {
-        self.next_server.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// A warm slot, if fewer than `limit` (`client.warm_sessions`) are taken.
-    pub fn take_warm(self: &Arc<Self>, limit: usize) -> Option<WarmSlot> {
-        self.warm_sessions
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| WarmSlot(self.clone()))
-    }
-
-    pub fn warm_sessions(&self) -> usize {
-        self.warm_sessions.load(Ordering::Relaxed)
-    }
-}
 
 /// Everything a client task needs from the rest of the pooler.
 pub struct Shared {
@@ -67,7 +25,7 @@ pub struct Shared {
     pub pools: Arc<Pools>,
     pub metrics: Arc<Metrics>,
     pub cancels: Cancels,
-    pub shutdown: CancellationToken,
+    /// Startup, readiness, PAUSE and the drain: what every task ends by.
     pub lifecycle: Arc<Lifecycle>,
     /// Rung by SIGHUP and `POST /reload`.
     pub reload: Notify,
@@ -85,7 +43,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
+    pub fn new(config: Config) -> Arc<Shared> {
         let events = Events::new(config.log.events);
         let pgbouncer_names = config.admin.pgbouncer_metric_names;
         let config = Arc::new(ConfigCell::new(config));
@@ -100,13 +58,13 @@ impl Shared {
             events,
             counters.clone(),
             metrics.clone(),
-            shutdown.clone(),
             tls.clone(),
         ));
         let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {
             tracing::warn!(error = %e, "pool gauges unavailable");
         }
+        let lifecycle = Arc::new(Lifecycle::new(metrics.lifecycle.drain_state.clone()));
         Arc::new(Shared {
             pools,
             metrics,
@@ -114,8 +72,7 @@ impl Shared {
             events,
             counters,
             cancels: Cancels::default(),
-            shutdown,
-            lifecycle: Arc::new(Lifecycle::default()),
+            lifecycle,
             reload: Notify::new(),
             tls,
             auth: Arc::new(AuthStore::default()),
@@ -177,7 +134,7 @@ impl Shared {
         let cfg = self.config.load();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
-            "peer_id": crate::client::peers::own_peer_id(&cfg, self.hostname.as_deref()),
+            "peer_id": crate::cancel::own_peer_id(&cfg, self.hostname.as_deref()),
             "config_generation": self.metrics.lifecycle.config_generation.get(),
             "config_hash": cfg.file_hash.clone(),
             "capabilities": crate::config::CAPABILITIES,
@@ -195,6 +152,13 @@ impl Shared {
             "warm_sessions": self.counters.warm_sessions(),
             "pools": self.pools.snapshots(),
         })
+    }
+
+    /// Sends cancels to servers as `pool.cancel_wait_timeout` says, counted in
+    /// `droidpool_server_cancels_total`.
+    pub fn cancel_sender(&self) -> CancelSender {
+        let wait = self.config.load().pool.cancel_wait_timeout;
+        CancelSender::new(wait, self.metrics.clients.server_cancels.clone())
     }
 
     /// Whether every pool's last server login succeeded (for opt-in backend readiness).
@@ -232,7 +196,7 @@ mod tests {
         std::fs::write(&list, line("app", &v1) + &line("ops", &other)).unwrap();
         let mut cfg = Config::default();
         cfg.auth.users_file = Some(list.clone());
-        let shared = Shared::new(cfg.clone(), CancellationToken::new());
+        let shared = Shared::new(cfg.clone());
         shared.load_secrets(&cfg).unwrap();
         let secret = proved(&Verifier::parse(&v1).unwrap(), "pw1");
         assert!(!format!("{secret:?} {:?}", shared.pools.learned()).contains("pw1"));

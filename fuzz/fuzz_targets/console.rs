@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use droid_pool::client::command::Command;
+use droid_pool::admin::console::command::Command;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -132,14 +132,14 @@ async fn console(
     let Ok(sql) = std::str::from_utf8(&body) else {
         return (StatusCode::BAD_REQUEST, "the command must be UTF-8\n").into_response();
     };
-    let who = crate::client::console::Caller {
+    let who = super::console::Caller {
         via: "http",
         peer: Some(caller.peer),
         credential: caller.credential.to_owned(),
     };
-    let answer = crate::client::console::execute(&s, sql, &who).await;
+    let answer = super::console::execute(&s, sql, &who).await;
     let code = match answer {
-        crate::client::console::Answer::Error(..) => StatusCode::BAD_REQUEST,
+        super::console::Answer::Error(..) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     };
     (code, answer.to_text()).into_response()

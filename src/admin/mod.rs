@@ -2,6 +2,7 @@
 //! own thread and runtime, so it answers while the data plane is saturated, and it owns the
 //! signal handlers so readiness drops the moment SIGTERM arrives.
 
+pub mod console;
 mod guard;
 mod http;
 mod server;

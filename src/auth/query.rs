@@ -142,7 +142,7 @@ pub async fn lookup(
     user: &str,
 ) -> Result<Option<String>, ServerError> {
     let mut out = BytesMut::new();
-    let enc = |e: std::io::Error| ServerError::Protocol(e.to_string());
+    let enc = ServerError::Encode;
     fe::query(PIN_SEARCH_PATH, &mut out).map_err(enc)?;
     fe::parse("", query, [TEXT_OID], &mut out).map_err(enc)?;
     fe::bind(

@@ -4,8 +4,8 @@
 //! dropped NAT entry) then costs the client another server, not an error.
 
 use super::error::ClientError;
-use super::io::read_some;
 use super::session::Session;
+use crate::net::read::read_some;
 use crate::pool::CloseReason;
 use crate::server::{self, Server};
 

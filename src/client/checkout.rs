@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use super::error::ClientError;
-use super::io::read_some;
 use super::session::Session;
 use super::timer::Timer;
+use crate::net::read::read_some;
 use crate::pool::CloseReason;
 use crate::relay::Policy;
 use crate::server::Server;
@@ -109,7 +109,7 @@ impl Session<'_> {
         while l.is_paused_for(pool.database()) {
             // Made before the look at the slot, so a KILL in between is not missed (a
             // Notified hears notify_waiters from its creation on).
-            let kicked = l.kicked.notified();
+            let kicked = l.client_shutdown().kicked();
             self.check_killed()?;
             tokio::select! {
                 _ = l.wait_unpaused_for(pool.database()) => {}

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::admin::console::ConsoleError;
+use crate::login::LoginError;
 use crate::pool::PoolError;
 use crate::protocol::backend::ErrorFields;
 use crate::protocol::sqlstate;
@@ -27,9 +29,12 @@ pub enum Loss {
 pub enum ClientError {
     #[error("client I/O error: {0}")]
     Io(#[from] std::io::Error),
-    /// The client broke the protocol during its login (with a message of the pooler's).
-    #[error("{0}")]
-    Protocol(String),
+    /// The login failed.
+    #[error(transparent)]
+    Login(#[from] LoginError),
+    /// The admin console's session ended early.
+    #[error(transparent)]
+    Console(#[from] ConsoleError),
     /// The client broke the protocol in its session.
     #[error(transparent)]
     Client(#[from] ClientFault),
@@ -53,11 +58,6 @@ pub enum ClientError {
     /// The client went away; nothing to tell it.
     #[error("client disconnected")]
     Gone,
-    /// A first packet that cannot be a startup packet: closed without a reply, as
-    /// PostgreSQL does (a reply in a protocol the peer may not speak helps nobody, and
-    /// node-postgres raises one sent to its Terminate-before-startup as an unhandled error).
-    #[error("{0}")]
-    BadStartup(crate::protocol::startup::StartupError),
     /// `KILL` or `KILL_CLIENT` in the admin console: what PostgreSQL says for
     /// `pg_terminate_backend`; the server it held is closed.
     #[error("terminating connection due to administrator command")]
@@ -71,15 +71,14 @@ impl ClientError {
             ClientError::Io(_)
             | ClientError::Gone
             | ClientError::ServerEnded
-            | ClientError::BadStartup(_) => return None,
-            ClientError::Protocol(m) => (sqlstate::PROTOCOL_VIOLATION.to_owned(), m.clone(), None),
-            ClientError::Client(f) => {
-                (sqlstate::PROTOCOL_VIOLATION.to_owned(), f.to_string(), None)
-            }
-            ClientError::Pool(PoolError::Server(f)) => {
-                (f.code.clone(), f.message.clone(), f.detail.clone())
-            }
-            ClientError::Pool(e) => (e.sqlstate().to_owned(), e.to_string(), None),
+            | ClientError::Console(ConsoleError::Io(_)) => return None,
+            ClientError::Pool(e) | ClientError::Login(LoginError::Pool(e)) => pool_reply(e),
+            ClientError::Login(e) => (e.sqlstate()?.to_owned(), e.to_string(), None),
+            ClientError::Client(_) | ClientError::Console(ConsoleError::Frame(_)) => (
+                sqlstate::PROTOCOL_VIOLATION.to_owned(),
+                self.to_string(),
+                None,
+            ),
             ClientError::ServerLost(_) => (
                 sqlstate::CONNECTION_FAILURE.to_owned(),
                 self.to_string(),
@@ -106,9 +105,25 @@ impl ClientError {
             hint: None,
         })
     }
+
+    /// Refused for want of room (53300): counted as refused, not as completed.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            ClientError::Fatal { code, .. } => *code == sqlstate::TOO_MANY_CONNECTIONS,
+            ClientError::Login(e) => e.is_refusal(),
+            _ => false,
+        }
+    }
 }
 
-pub use crate::relay::error_fields;
+/// What a client is told of a pool error: the server's own error as it sent it, or the
+/// pool's SQLSTATE and message.
+fn pool_reply(e: &PoolError) -> (String, String, Option<String>) {
+    match e {
+        PoolError::Server(f) => (f.code.clone(), f.message.clone(), f.detail.clone()),
+        e => (e.sqlstate().to_owned(), e.to_string(), None),
+    }
+}
 
 impl From<ServerFault> for ClientError {
     fn from(f: ServerFault) -> Self {

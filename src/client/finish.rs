@@ -25,7 +25,7 @@ impl Session<'_> {
             Err(ClientError::ServerLost(_) | ClientError::ServerEnded) => Some(CloseReason::Broken),
             Err(ClientError::Killed) => {
                 if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
-                    self.cancel.cancel_now(&self.shared);
+                    self.cancel.cancel_now(self.shared.cancel_sender());
                 }
                 Some(CloseReason::Killed)
             }

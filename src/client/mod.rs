@@ -1,21 +1,13 @@
-//! One task per client connection: startup and authentication, then the session that relays
-//! between the client and the server it holds.
+//! One task per client connection: the login (`crate::login`), then the session that relays
+//! between the client and the server it holds, or the admin console's session
+//! (`crate::admin::console`).
 
-mod auth;
-pub mod cancel;
 mod check;
 mod checkout;
-pub mod command;
-pub mod console;
-mod console_act;
-mod console_show;
 mod error;
 mod finish;
 mod flush;
-mod io;
-pub mod peers;
 mod session;
-mod startup;
 mod sync;
 mod timer;
 
@@ -27,6 +19,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
+use crate::admin::console;
+use crate::login::{self, Outcome};
 use crate::net::admission::Pending;
 use crate::net::ClientStream;
 
@@ -47,15 +41,21 @@ pub fn serve(
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     set_liveness_options(&stream, &shared.config.load().client);
-    let login = Box::pin(login(ClientStream::Plain(stream), shared.clone(), pending));
+    let login = Box::pin(run_login(
+        ClientStream::Plain(stream),
+        shared.clone(),
+        pending,
+    ));
     async move {
         let (mut stream, id, res) = login.await;
         let res = match res {
-            Ok(startup::Outcome::Session(login)) => session(&mut stream, &shared, login).await,
-            Ok(startup::Outcome::Console(who, buf, out)) => {
-                Box::pin(console::serve(&mut stream, &shared, who, buf, out)).await
+            Ok(Outcome::Session(login)) => session(&mut stream, &shared, login).await,
+            Ok(Outcome::Console(who, buf, out)) => {
+                Box::pin(console::serve(&mut stream, &shared, who, buf, out))
+                    .await
+                    .map_err(ClientError::from)
             }
-            Ok(startup::Outcome::Done) => Ok(()),
+            Ok(Outcome::Done) => Ok(()),
             Err(e) => Err(e),
         };
         Box::pin(ended(&mut stream, &shared, id, res)).await;
@@ -72,15 +72,11 @@ async fn ended(
     let l = &shared.lifecycle;
     let outcome = match &res {
         Err(ClientError::Shutdown { forced: true }) => &l.aborted,
-        Err(ClientError::Fatal { code, .. })
-            if *code == crate::protocol::sqlstate::TOO_MANY_CONNECTIONS =>
-        {
-            &l.refused
-        }
+        Err(e) if e.is_refusal() => &l.refused,
         _ => &l.completed,
     };
     outcome.fetch_add(1, Ordering::Relaxed);
-    if l.drain.is_cancelled() && id.is_some() {
+    if l.is_draining() && id.is_some() {
         let how = match &res {
             Err(ClientError::Shutdown { forced: true }) => "aborted",
             Err(ClientError::Shutdown { forced: false }) => "closed_at_boundary",
@@ -134,18 +130,14 @@ async fn report(stream: &mut ClientStream, e: &ClientError) {
 
 /// Startup and authentication, ended early (53300) if a newer connection needs the pending
 /// login's slot. Returns the stream and the client's number (once it has one) either way.
-async fn login(
+async fn run_login(
     mut stream: ClientStream,
     shared: Arc<Shared>,
     pending: Pending,
-) -> (
-    ClientStream,
-    Option<u64>,
-    Result<startup::Outcome, ClientError>,
-) {
+) -> (ClientStream, Option<u64>, Result<Outcome, ClientError>) {
     let mut id = None;
     let res = tokio::select! {
-        r = startup::login(&mut stream, &shared, &mut id) => r,
+        r = login::login(&mut stream, &shared, &mut id) => r.map_err(ClientError::from),
         _ = pending.evicted() => Err(ClientError::Fatal {
             code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
             message: "too many connections are still logging in \
@@ -160,7 +152,7 @@ async fn login(
 fn session<'a>(
     stream: &'a mut ClientStream,
     shared: &Arc<Shared>,
-    login: startup::Login,
+    login: login::Login,
 ) -> impl std::future::Future<Output = Result<(), ClientError>> + 'a {
     let key = login.key;
     let mut session = session::Session::new(stream, shared.clone(), login);
@@ -188,7 +180,7 @@ mod size_tests {
             let c = tokio::net::TcpStream::connect(l.local_addr().expect("addr"))
                 .await
                 .expect("connect");
-            let shared = crate::shared::Shared::new(Default::default(), Default::default());
+            let shared = crate::shared::Shared::new(Default::default());
             let (pending, _) = shared.pending_logins.admit([127, 0, 0, 1].into(), 1, 1);
             let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);

@@ -11,18 +11,19 @@ use std::time::Instant;
 
 use tokio_util::io::poll_read_buf;
 
-use super::cancel::CancelSlot;
-use super::error::ClientError;
-use super::io::poll_read_some;
-use super::startup::Login;
+use super::error::{ClientError, Loss};
 use super::timer::Timer;
+use crate::cancel::CancelSlot;
+use crate::counters::WarmSlot;
 use crate::lifecycle::Watch;
+use crate::login::Login;
+use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{Io, Kind, Next, Policy, Relay};
 use crate::server::Server;
-use crate::shared::{Shared, WarmSlot};
+use crate::shared::Shared;
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -140,7 +141,7 @@ impl<'a> Session<'a> {
         }
         // One registration for the session's life, kept inline (no allocation).
         let shared = self.shared.clone();
-        let mut close = pin!(shared.lifecycle.close_idle.watch());
+        let mut close = pin!(shared.lifecycle.client_shutdown().closing());
         // A kill before the watch was made is seen here, later ones by the watch.
         self.check_killed()?;
         loop {
@@ -159,7 +160,7 @@ impl<'a> Session<'a> {
     async fn rounds(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<Flow, ClientError> {
         // One waiter registration for as long as the session works rather than one per event.
         let lifecycle = self.shared.lifecycle.clone();
-        let mut abort = pin!(lifecycle.abort.watch());
+        let mut abort = pin!(lifecycle.client_shutdown().aborting());
         self.check_killed()?;
         loop {
             let flow = self.round(abort.as_mut()).await?;
@@ -173,7 +174,7 @@ impl<'a> Session<'a> {
     }
 
     /// Waits for the idle client to send something, its idle timeout, or shutdown (`close`:
-    /// the session's watch of `close_idle`).
+    /// the session's watch of [`crate::lifecycle::ClientShutdown::closing`]).
     async fn wait_idle(&mut self, close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
         let idle = self.shared.config.load().client.idle_timeout;
         if !idle.is_zero() {
@@ -204,11 +205,11 @@ impl<'a> Session<'a> {
             if let Some(r) = woken {
                 return Ok(r?);
             }
-            // The deadline fires close_idle too, so one watch covers both.
-            let l = &self.shared.lifecycle;
-            if l.close_idle.is_fired() {
+            // The deadline closes idle sessions too, so one watch covers both.
+            let end = self.shared.lifecycle.client_shutdown();
+            if end.is_closing() {
                 return Err(ClientError::Shutdown {
-                    forced: l.abort.is_fired(),
+                    forced: end.is_aborted(),
                 });
             }
             // Kicked: the console killed a client, maybe this one.
@@ -232,7 +233,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 Event::Server(r) => match r {
-                    Ok(0) => return Err(ClientError::ServerLost(crate::client::Loss::Closed)),
+                    Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
                     Err(e) => return Err(ClientError::ServerLost(e.into())),
                     Ok(_) => {
                         self.on_server().await?;
@@ -240,7 +241,7 @@ impl<'a> Session<'a> {
                             .server
                             .as_ref()
                             .is_some_and(|s| self.relay.at_session_boundary(&s.state));
-                        if boundary && self.shared.lifecycle.close_idle.is_fired() {
+                        if boundary && self.shared.lifecycle.client_shutdown().is_closing() {
                             return Err(ClientError::Shutdown { forced: false });
                         }
                         // Statement mode, a full reply queue or a wait for the server's copy
@@ -251,7 +252,7 @@ impl<'a> Session<'a> {
                         }
                     }
                 },
-                Event::Abort if self.shared.lifecycle.abort.is_fired() => {
+                Event::Abort if self.shared.lifecycle.client_shutdown().is_aborted() => {
                     return Err(ClientError::Shutdown { forced: true })
                 }
                 Event::Abort => {
@@ -427,7 +428,7 @@ impl<'a> Session<'a> {
                     client = self.relay.id(),
                     "query_timeout: cancelling the running query"
                 );
-                self.cancel.cancel_now(&self.shared);
+                self.cancel.cancel_now(self.shared.cancel_sender());
                 return Ok(());
             }
             Kind::IdleTransaction => (
@@ -447,7 +448,7 @@ impl<'a> Session<'a> {
         );
         if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
             // A statement still runs: cancel it, or the backend would run it to its end.
-            self.cancel.cancel_now(&self.shared);
+            self.cancel.cancel_now(self.shared.cancel_sender());
         }
         // Not returned to the pool: closing it is PostgreSQL's rollback.
         self.relay.forget_server_fatal();

@@ -4,8 +4,8 @@
 use bytes::BytesMut;
 
 use super::error::ClientError;
-use super::io::read_some;
 use super::session::Session;
+use crate::net::read::read_some;
 use crate::protocol::{backend, frontend};
 use crate::server::{read_frame, Server};
 

@@ -43,6 +43,9 @@ pub enum ConfigError {
     },
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    /// A backoff, retry budget or breaker setting out of range.
+    #[error("invalid configuration: {0}")]
+    Resilience(#[from] crate::resilience::ResilienceConfigError),
 }
 
 /// How long a client keeps a server connection.
@@ -594,7 +597,7 @@ impl Config {
             self.retry_budget.validate(),
             self.breaker.validate(),
         ] {
-            check.map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            check?;
         }
         if p.max_connecting == 0 {
             return bad("pool.max_connecting must be at least 1".into());

@@ -1,61 +1,32 @@
-//! Process lifecycle: the startup and readiness latches, the liveness watchdog, and the
-//! drain that SIGTERM starts (readiness down at once, an accept window for late endpoint
-//! updates, closing at transaction boundaries, cancelling stragglers at the deadline).
+//! Process lifecycle: the startup and readiness latches, the liveness watchdog, PAUSE and
+//! DISABLE, and the drain that SIGTERM starts (readiness down at once, an accept window for
+//! late endpoint updates, closing at transaction boundaries, cancelling stragglers at the
+//! deadline; see `drain`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
+use prometheus::IntGauge;
 
+mod drain;
 mod signal;
+pub use drain::{ClientShutdown, Drain, DrainState, Shutdown};
 pub use signal::{Signal, Watch};
 
 /// Longest silence of an event loop before liveness fails.
 pub const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
 
-/// Where a drain is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DrainState {
-    Serving = 0,
-    /// Draining, still accepting for the accept window.
-    Accepting = 1,
-    /// Draining, listener closed, waiting for clients.
-    Closing = 2,
-    Stopped = 3,
-}
-
-impl DrainState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DrainState::Serving => "serving",
-            DrainState::Accepting => "draining-accepting",
-            DrainState::Closing => "draining-closing",
-            DrainState::Stopped => "stopped",
-        }
-    }
-}
-
 /// Shared by the admin server (which reads it) and the data plane (which drives it).
 pub struct Lifecycle {
     born: Instant,
     started: AtomicBool,
-    ready: AtomicBool,
     paused: AtomicBool,
-    state: AtomicU8,
     accept_beat: AtomicU64,
     maintenance_beat: AtomicU64,
-    /// A drain was requested (SIGTERM, SIGINT, `POST /drain`, `SHUTDOWN`).
-    pub drain: CancellationToken,
-    /// Sessions close at their next transaction boundary with 57P01.
-    pub close_idle: Signal,
-    /// The deadline passed: sessions end now.
-    pub abort: Signal,
+    /// The drain: its state, and what the tasks wait on to end.
+    pub drain: Drain,
     /// PAUSE lifted.
-    pub resumed: tokio::sync::Notify,
-    /// The console killed clients: sessions waiting for a server look at their own slot
-    /// (busy and idle sessions are woken through `close_idle` and `abort`, see [`Lifecycle::kick`]).
-    pub kicked: tokio::sync::Notify,
+    resumed: tokio::sync::Notify,
     /// Databases paused (`PAUSE db`) and disabled (`DISABLE db`) in the console; the flag
     /// spares the data plane the lookup while none is paused.
     paused_dbs: std::sync::Mutex<std::collections::BTreeSet<String>>,
@@ -67,21 +38,18 @@ pub struct Lifecycle {
     pub aborted: AtomicU64,
 }
 
-impl Default for Lifecycle {
-    fn default() -> Self {
+impl Lifecycle {
+    /// A pooler not started yet, whose drain state `drain_gauge` (`droidpool_drain_state`)
+    /// follows.
+    pub fn new(drain_gauge: IntGauge) -> Self {
         Lifecycle {
             born: Instant::now(),
             started: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
             paused: AtomicBool::new(false),
-            state: AtomicU8::new(DrainState::Serving as u8),
             accept_beat: AtomicU64::new(0),
             maintenance_beat: AtomicU64::new(0),
-            drain: CancellationToken::new(),
-            close_idle: Signal::default(),
-            abort: Signal::default(),
+            drain: Drain::new(drain_gauge),
             resumed: tokio::sync::Notify::new(),
-            kicked: tokio::sync::Notify::new(),
             paused_dbs: Default::default(),
             any_db_paused: AtomicBool::new(false),
             disabled_dbs: Default::default(),
@@ -91,9 +59,7 @@ impl Default for Lifecycle {
             aborted: AtomicU64::new(0),
         }
     }
-}
 
-impl Lifecycle {
     /// How long this pooler has been up.
     pub fn uptime(&self) -> std::time::Duration {
         self.born.elapsed()
@@ -109,18 +75,16 @@ impl Lifecycle {
         self.maintenance_beat
             .store(self.now_ms(), Ordering::Relaxed);
         self.started.store(true, Ordering::Release);
-        if !self.drain.is_cancelled() {
-            self.ready.store(true, Ordering::Release);
-        }
     }
 
     pub fn is_started(&self) -> bool {
         self.started.load(Ordering::Acquire)
     }
 
-    /// Ready: started, not draining, not paused.
+    /// Ready: started, not draining, not paused. A latch: up once started, down for good
+    /// when a drain begins.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.paused.load(Ordering::Acquire)
+        self.is_started() && !self.drain.is_draining() && !self.is_paused()
     }
 
     pub fn accept_beat(&self) {
@@ -143,26 +107,29 @@ impl Lifecycle {
         fresh(&self.accept_beat) && fresh(&self.maintenance_beat)
     }
 
-    /// Starts a drain: readiness drops at once (a latch: it never comes back).
+    /// Starts a drain (SIGTERM, SIGINT, `POST /drain`, `SHUTDOWN`): readiness drops at once
+    /// (a latch: it never comes back).
     pub fn begin_drain(&self) {
-        self.ready.store(false, Ordering::Release);
-        if self.state() == DrainState::Serving {
-            self.set_state(DrainState::Accepting);
-        }
-        self.drain.cancel();
+        self.drain.begin();
     }
 
     pub fn state(&self) -> DrainState {
-        match self.state.load(Ordering::Acquire) {
-            0 => DrainState::Serving,
-            1 => DrainState::Accepting,
-            2 => DrainState::Closing,
-            _ => DrainState::Stopped,
-        }
+        self.drain.state()
     }
 
-    pub fn set_state(&self, s: DrainState) {
-        self.state.store(s as u8, Ordering::Release);
+    /// Whether a drain has begun.
+    pub fn is_draining(&self) -> bool {
+        self.drain.is_draining()
+    }
+
+    /// The handle one of the pooler's own loops ends by.
+    pub fn shutdown(&self) -> Shutdown {
+        self.drain.shutdown()
+    }
+
+    /// What every client task watches to end.
+    pub fn client_shutdown(&self) -> &ClientShutdown {
+        self.drain.clients()
     }
 
     pub fn pause(&self) {
@@ -221,9 +188,7 @@ impl Lifecycle {
     /// Wakes every session once, wherever it waits (idle, busy, or for a server), to see
     /// whether the console has killed it; nothing else changes for the others.
     pub fn kick(&self) {
-        self.close_idle.kick();
-        self.abort.kick();
-        self.kicked.notify_waiters();
+        self.drain.clients().kick();
     }
 
     /// Waits while PAUSE (of everything or of `db`) holds new transactions.
@@ -248,7 +213,7 @@ mod tests {
 
     #[test]
     fn readiness_is_a_latch() {
-        let l = Lifecycle::default();
+        let l = Lifecycle::new(IntGauge::new("drain_state", "test").unwrap());
         assert!(!l.is_ready());
         assert!(l.is_live());
         l.mark_started();

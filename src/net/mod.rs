@@ -1,6 +1,8 @@
-//! Sockets below the protocol: plain-or-TLS streams and the TLS configurations.
+//! Sockets below the protocol: plain-or-TLS streams, reading a client without holding a
+//! buffer while it is idle, and the TLS configurations.
 
 pub mod admission;
+pub mod read;
 pub mod stream;
 pub mod tls;
 

@@ -17,22 +17,28 @@ use crate::config::{SslMode, TlsConfig};
 
 #[derive(Debug, Error)]
 pub enum TlsError {
-    #[error("cannot read {path}: {msg}")]
-    Pem { path: PathBuf, msg: String },
+    #[error("cannot read {path}: {source}")]
+    Pem {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
     #[error("TLS configuration rejected: {0}")]
     Rustls(#[from] rustls::Error),
+    /// The server certificates' verifier cannot be built (no root certificate, say).
+    #[error("TLS configuration rejected: unexpected error: {0}")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
 }
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn pem_error(path: &Path, e: impl std::fmt::Display) -> TlsError {
+fn pem_error(path: &Path, source: rustls::pki_types::pem::Error) -> TlsError {
     TlsError::Pem {
         path: path.to_owned(),
-        msg: e.to_string(),
+        source,
     }
 }
 
@@ -80,9 +86,8 @@ pub fn connector_config(cfg: &TlsConfig) -> Result<Option<Arc<rustls::ClientConf
                     roots.add(cert)?;
                 }
             }
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| rustls::Error::General(e.to_string()))?;
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider()).build()?;
             if s.sslmode == SslMode::VerifyCa {
                 Arc::new(ChainOnly(webpki))
             } else {

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use rand::RngCore;
 
 use super::claim::{owned_by, Conflict};
+use super::context::{Error, FIELD_MANAGER};
 use super::crd::PoolConfig;
-use super::reconcile::{Error, FIELD_MANAGER};
 use super::render::{self, MOCK_SECRET_KEY, TOKEN_KEY};
 use crate::config;
 

@@ -9,8 +9,8 @@ use kube::api::{Api, DynamicObject};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::context::Context;
 use super::crd::{PoolConfig, Target};
-use super::reconcile::Context;
 use super::render::{self, config_map_name};
 
 /// An object the PoolConfig would write that exists and belongs to something else.

@@ -9,8 +9,8 @@ use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::Client;
 
+use super::context::{Context, Error};
 use super::crd::PoolConfig;
-use super::reconcile::{Context, Error};
 use super::render;
 use super::status::{Verdict, SWITCHOVER};
 

@@ -21,11 +21,12 @@ use kube::{Client, Resource, ResourceExt};
 
 use tokio_util::sync::CancellationToken;
 
+use super::context::Context;
 use super::crd::{PoolConfig, Target};
 use super::metrics::Metrics;
 use super::observe;
 use super::policy::Allowlist;
-use super::reconcile::{error_policy, reconcile, Context};
+use super::reconcile::{error_policy, reconcile};
 
 /// The controller's name in Events (`reportingController`) and logs.
 pub const CONTROLLER_NAME: &str = "droid-pool-operator";

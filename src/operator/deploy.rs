@@ -11,9 +11,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::claim::owned_by;
+use super::context::{Context, Error, FIELD_MANAGER};
 use super::crd::{DeploymentTarget, PoolConfig};
 use super::publish::event;
-use super::reconcile::{Context, Error, FIELD_MANAGER};
 use super::render::{self, Rendered};
 use super::status::{Verdict, READY};
 

@@ -5,6 +5,7 @@
 mod admin_secret;
 mod claim;
 pub mod cnpg;
+mod context;
 pub mod controller;
 pub mod crd;
 mod deploy;

@@ -18,7 +18,7 @@ pub enum ObserveError {
     Kube(#[from] kube::Error),
     /// The spec's pod selector is not a valid label selector (a spec error, not a retry).
     #[error("spec.target.sidecar.podSelector: {0}")]
-    Selector(String),
+    Selector(#[source] kube::core::ParseExpressionError),
 }
 
 /// Counts the poolers of `pc`.
@@ -80,8 +80,7 @@ async fn sidecars(client: &Client, ns: &str, t: &SidecarTarget) -> Result<Pooler
             pods: Vec::new(),
         });
     };
-    let selector =
-        Selector::try_from(selector.clone()).map_err(|e| ObserveError::Selector(e.to_string()))?;
+    let selector = Selector::try_from(selector.clone()).map_err(ObserveError::Selector)?;
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&selector.to_string()))
         .await?;

@@ -7,8 +7,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
+use super::context::{Context, Error, FIELD_MANAGER};
 use super::crd::{PoolConfig, PoolConfigStatus};
-use super::reconcile::{Context, Error, FIELD_MANAGER};
 use super::render::{self, Rendered};
 use super::status::{self, Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED};
 

@@ -3,35 +3,29 @@
 //! Events. Spec errors and missing Secrets become conditions (no error, no crash loop); API
 //! errors return `Err` and are retried with backoff by `error_policy`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::core::ApiResource;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
-use kube::{Client, ResourceExt};
-use thiserror::Error;
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 use super::admin_secret::{self, AdminSecret};
 use super::claim;
 use super::cnpg::{cloud_native_pg, CNPG_POLL};
+pub use super::context::{Context, Error, FIELD_MANAGER};
 use super::crd::{BudgetScope, PoolConfig, Target};
 use super::deploy::{self, apply};
 use super::loaded::Reports;
-use super::metrics::Metrics;
 use super::observe::{self, ObserveError};
-use super::policy::Allowlist;
 use super::publish::{event, not_rendered, publish};
 use super::render::{self, Rendered};
 use super::status::{Verdict, CONFIG_RENDERED, DEGRADED, READY, RECONCILING, STALLED};
 use super::verdicts::{self, loaded_verdict, rendered_verdicts};
 use crate::config::{READS_ADMIN_TOKEN_FILE, READS_MAX_DB_CONNECTIONS, READS_MOCK_SECRET_FILE};
 
-/// The field manager of every server-side apply the operator makes.
-pub const FIELD_MANAGER: &str = "droid-pool-operator";
 /// A healthy PoolConfig is looked at again this often even without a watch event.
 const RESYNC: Duration = Duration::from_secs(300);
 /// A missing Secret is checked again this often (it may be created any time).
@@ -41,89 +35,6 @@ const SECRET_RETRY: Duration = Duration::from_secs(5);
 const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 /// A rollout in progress is looked at again this often besides the Deployment's own events.
 const ROLLOUT_RETRY: Duration = Duration::from_secs(10);
-const BACKOFF_BASE: Duration = Duration::from_secs(1);
-const BACKOFF_CAP: Duration = Duration::from_secs(300);
-
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("Kubernetes API: {}", describe(.0))]
-    Kube(#[from] kube::Error),
-    #[error("PoolConfig {0} has no namespace or uid yet")]
-    Unstored(String),
-    #[error("cannot encode the PodDisruptionBudget: {0}")]
-    Encode(#[from] serde_json::Error),
-}
-
-/// An API error's own message and code (its Debug form would fill an Event with noise).
-fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
-        other => other.to_string(),
-    }
-}
-
-impl Error {
-    /// A bounded label for the failures metric.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
-            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "transport",
-            Error::Unstored(_) => "unstored",
-            Error::Encode(_) => "encode",
-        }
-    }
-}
-
-/// What every reconciliation needs.
-pub struct Context {
-    pub client: Client,
-    pub recorder: Recorder,
-    pub metrics: Arc<Metrics>,
-    /// The PodDisruptionBudget API this server serves.
-    pub pdb: ApiResource,
-    /// The images and ServiceAccounts PoolConfigs may name.
-    pub allow: Allowlist,
-    /// Consecutive failures per PoolConfig, for the retry backoff.
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Context {
-    pub fn new(
-        client: Client,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        pdb: ApiResource,
-        allow: Allowlist,
-    ) -> Self {
-        Context {
-            client,
-            recorder,
-            metrics,
-            pdb,
-            allow,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Counts a failure of `key` and returns the delay before its retry: capped exponential.
-    pub fn next_retry(&self, key: &str) -> Duration {
-        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = map.entry(key.to_owned()).or_insert(0);
-        let delay = crate::resilience::backoff::ceiling(BACKOFF_BASE, BACKOFF_CAP, *n);
-        *n = n.saturating_add(1);
-        delay
-    }
-
-    fn forget_failures(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-}
-
 /// The key of `pc` in the backoff table.
 pub fn key(pc: &PoolConfig) -> String {
     format!("{}/{}", pc.namespace().unwrap_or_default(), pc.name_any())
@@ -266,7 +177,9 @@ async fn observe_all(
     }
     let poolers = match observe::poolers(&ctx.client, ns, pc).await {
         Ok(n) => n,
-        Err(ObserveError::Selector(m)) => return Ok(Err(Stop::new("InvalidSpec", m, None))),
+        Err(ObserveError::Selector(e)) => {
+            return Ok(Err(Stop::new("InvalidSpec", e.to_string(), None)))
+        }
         Err(ObserveError::Kube(e)) => return Err(e.into()),
     };
     if let Some(missing) = observe::missing_secret(&ctx.client, ns, pc).await? {

@@ -1,5 +1,6 @@
 //! Why a pool could not give a client a server, with the SQLSTATE the client sees.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -22,9 +23,13 @@ pub enum PoolError {
     #[error("pool {0} is closed")]
     Closed(String),
     /// The backend cannot be reached right now (a transient login failure): clients are told
-    /// to come back, not that their connection broke (no class 08).
-    #[error("database \"{database}\" is unavailable: {reason}")]
-    Unavailable { database: String, reason: String },
+    /// to come back, not that their connection broke (no class 08). The login's error is
+    /// shared by every waiter it fails.
+    #[error("database \"{database}\" is unavailable: {source}")]
+    Unavailable {
+        database: String,
+        source: Arc<ServerError>,
+    },
     #[error("database \"{database}\" is unavailable: circuit open")]
     CircuitOpen {
         database: String,

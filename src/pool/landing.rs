@@ -81,7 +81,7 @@ impl Pool {
                 count("failure");
                 PoolError::Unavailable {
                     database: self.inner.database.clone(),
-                    reason: e.to_string(),
+                    source: Arc::new(e),
                 }
             }
         };

@@ -31,11 +31,12 @@ use rand::Rng;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::Ticket;
+use crate::counters::Counters;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot};
 use crate::params::Params;
 use crate::server::{Generation, Server, ServerTarget};
-use crate::shared::Counters;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Why a server connection is closed: the `reason` label of `droidpool_servers_closed_total`,
@@ -113,15 +114,6 @@ struct Waiter {
     owner: usize,
     /// The deadline is the failover hold's: it is answered with 57P03 instead.
     held: bool,
-}
-
-/// Who a checkout waits for, so the wait can be ended from outside: `owner` names the waiter
-/// ([`Pool::drop_waiters_of`]), and a set `stop` flag refuses the wait (checked under the
-/// pool's lock, so a stop raised before a drop by name is never missed).
-#[derive(Clone, Copy)]
-pub struct Ticket<'a> {
-    pub owner: usize,
-    pub stop: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Waiter {

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::settings::{default_hosts, resolve, Resolved, RouteSpec};
 use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell};
+use crate::counters::Counters;
 use crate::events::Events;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::{LearnedSecrets, SecretCell, ServerSecret, ServerTarget, TargetSecret};
-use crate::shared::Counters;
 
 /// Pool count above which unused pools are swept on the next new one.
 const SWEEP_ABOVE: usize = 16;
@@ -29,6 +29,7 @@ pub struct Pools {
     events: Events,
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
+    /// Every pool's own token is a child of this one ([`Pools::shut_down`] cancels it).
     shutdown: CancellationToken,
     backend: Arc<Backend>,
     tls: Arc<crate::net::TlsCell>,
@@ -99,7 +100,6 @@ impl Pools {
         events: Events,
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
         tls: Arc<crate::net::TlsCell>,
     ) -> Self {
         let cfg = config.load();
@@ -112,7 +112,7 @@ impl Pools {
             events,
             counters,
             metrics,
-            shutdown,
+            shutdown: CancellationToken::new(),
             map: Mutex::new(HashMap::new()),
             draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
@@ -256,6 +256,13 @@ impl Pools {
         );
         lookups.insert(key, pool.clone());
         Some(pool)
+    }
+
+    /// The pooler stops: every pool's maintenance ends (waiters are answered, servers checked
+    /// in from now on are closed), and every idle server is closed politely.
+    pub async fn shut_down(&self) {
+        self.shutdown.cancel();
+        self.close_all().await;
     }
 
     /// Closes every idle server politely (Terminate), waiting for the goodbyes to be sent.

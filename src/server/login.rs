@@ -167,8 +167,7 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
                     .ok_or_else(|| protocol("SASLContinue before SASL"))?
                 {
                     Sasl::Password(s) => {
-                        s.update(data)
-                            .map_err(|e| protocol(&format!("SCRAM: {e}")))?;
+                        s.update(data).map_err(ServerError::Scram)?;
                         frontend::sasl_response(&mut out, s.message());
                     }
                     Sasl::Keys(c) => frontend::sasl_response(&mut out, c.update(data)?.as_bytes()),
@@ -179,9 +178,7 @@ async fn authenticate(conn: &mut ServerConn, t: &ServerTarget) -> Result<(), Ser
                     .take()
                     .ok_or_else(|| protocol("SASLFinal before SASL"))?
                 {
-                    Sasl::Password(mut s) => s
-                        .finish(data)
-                        .map_err(|e| protocol(&format!("SCRAM: {e}")))?,
+                    Sasl::Password(mut s) => s.finish(data).map_err(ServerError::Scram)?,
                     Sasl::Keys(c) => c.finish(data)?,
                 }
                 sasl_verified = true;
@@ -234,7 +231,7 @@ async fn negotiate_tls(mut tcp: TcpStream, t: &ServerTarget) -> Result<ServerStr
             // A TLS-level refusal (certificate, protocol) will not go away by retrying; a
             // connection reset mid-handshake might.
             if e.get_ref().is_some_and(|i| i.is::<rustls::Error>()) {
-                ServerError::Tls(e.to_string())
+                ServerError::TlsHandshake(e)
             } else {
                 ServerError::Io(e)
             }

@@ -78,22 +78,31 @@ pub enum ServerError {
     NoServerSignature,
     #[error("server requested unsupported authentication: {0}")]
     UnsupportedAuth(String),
+    /// The server broke the protocol (a message of the pooler's own).
     #[error("protocol error from server: {0}")]
     Protocol(String),
+    /// A message from the server that cannot be parsed.
+    #[error("protocol error from server: {0}")]
+    Parse(#[from] ParseError),
+    /// A message from the server that cannot be cut.
+    #[error("protocol error from server: {0}")]
+    Frame(#[from] FrameError),
+    /// A SCRAM message from the server that cannot be parsed (the pooler's own SCRAM keys).
+    #[error("protocol error from server: SCRAM: {0}")]
+    ScramMessage(#[source] ParseError),
+    /// The SCRAM exchange with a configured password failed (postgres-protocol's client).
+    #[error("protocol error from server: SCRAM: {0}")]
+    Scram(#[source] std::io::Error),
+    /// A query of the pooler's own could not be encoded.
+    #[error("cannot encode a query of the pooler's own: {0}")]
+    Encode(#[source] std::io::Error),
+    /// A TLS setting refused before the handshake (the server name).
     #[error("TLS to the server failed: {0}")]
     Tls(String),
-}
-
-impl From<ParseError> for ServerError {
-    fn from(e: ParseError) -> Self {
-        ServerError::Protocol(e.to_string())
-    }
-}
-
-impl From<FrameError> for ServerError {
-    fn from(e: FrameError) -> Self {
-        ServerError::Protocol(e.to_string())
-    }
+    /// The TLS handshake failed at the TLS level (a certificate, the protocol): retrying
+    /// will not help, unlike a connection reset during it.
+    #[error("TLS to the server failed: {0}")]
+    TlsHandshake(#[source] std::io::Error),
 }
 
 impl ServerError {
@@ -108,9 +117,10 @@ impl ServerError {
             | ServerError::NoServerSignature
             | ServerError::UnsupportedAuth(_) => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
             ServerError::StaleVerifier => sqlstate::INVALID_PASSWORD,
-            ServerError::Connect { .. } | ServerError::Timeout | ServerError::Tls(_) => {
-                sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
-            }
+            ServerError::Connect { .. }
+            | ServerError::Timeout
+            | ServerError::Tls(_)
+            | ServerError::TlsHandshake(_) => sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             _ => sqlstate::CONNECTION_FAILURE,
         }
     }
@@ -127,6 +137,7 @@ impl ServerError {
                 | ServerError::NoServerSignature
                 | ServerError::UnsupportedAuth(_)
                 | ServerError::Tls(_)
+                | ServerError::TlsHandshake(_)
         ) || matches!(self, ServerError::Rejected(f) if sqlstate::is_login_refusal(&f.code))
     }
 }

@@ -78,8 +78,7 @@ impl<'a> KeyedClient<'a> {
 
     /// Reads server-first; returns client-final with the proof.
     pub fn update(&mut self, server_first: &[u8]) -> Result<String, ServerError> {
-        let m = msg::parse_server_first(server_first)
-            .map_err(|e| ServerError::Protocol(format!("SCRAM: {e}")))?;
+        let m = msg::parse_server_first(server_first).map_err(ServerError::ScramMessage)?;
         if !m.nonce.starts_with(&self.nonce) || m.nonce.len() == self.nonce.len() {
             return Err(ServerError::Protocol("SCRAM: server nonce".into()));
         }
@@ -110,8 +109,7 @@ impl<'a> KeyedClient<'a> {
         let auth = self.auth.ok_or_else(|| {
             ServerError::Protocol("SCRAM: server-final before server-first".into())
         })?;
-        let sent = msg::parse_server_final(server_final)
-            .map_err(|e| ServerError::Protocol(format!("SCRAM: {e}")))?;
+        let sent = msg::parse_server_final(server_final).map_err(ServerError::ScramMessage)?;
         let sent = B64
             .decode(sent)
             .map_err(|_| ServerError::Protocol("SCRAM: signature is not base64".into()))?;

@@ -491,13 +491,13 @@ async fn rendered_configs_print_no_per_transaction_lines() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let cm: serde_yaml::Value = serde_yaml::from_str(
-        text.trim_start_matches("---\n")
-            .split("\n---\n")
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
+    // The render prints several objects (the admin Secret, the ConfigMap...): the ConfigMap.
+    let cm: serde_yaml::Value = text
+        .trim_start_matches("---\n")
+        .split("\n---\n")
+        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).unwrap())
+        .find(|doc| doc["kind"].as_str() == Some("ConfigMap"))
+        .expect("a ConfigMap in the render");
     let rendered = cm["data"]["droid-pool.yaml"]
         .as_str()
         .expect("the rendered config")

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret, Volume, VolumeMount};
 use k8s_openapi::ByteString;
 use kube::{Resource, ResourceExt};
 
-use super::objects::{meta_of, secret_volume, volume};
+use super::meta::meta_of;
+use super::volumes::{secret_volume, volume};
 use crate::config::Config;
 use crate::operator::crd::PoolConfig;
 

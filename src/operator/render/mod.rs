@@ -5,11 +5,13 @@
 mod admin;
 mod budget;
 mod failover;
+mod meta;
 mod names;
 mod objects;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod volumes;
 
 pub use admin::{
     admin_secret, admin_secret_name, mounts_admin_secret, ADMIN_DIR, MOCK_SECRET_KEY, TOKEN_KEY,
@@ -18,10 +20,11 @@ pub use budget::{sizing, Readers, Sizing};
 pub use failover::{Facts, CNPG_HOLD};
 pub use names::{check_names, is_dns_subdomain, DNS_SUBDOMAIN, SECRET_KEY};
 
+pub use meta::{labels, selector_labels, selector_string};
 pub use objects::{
-    config_map, deployment, labels, pdb, selector_labels, selector_string, service,
-    service_account, service_account_name, ADMIN_PORT, CLIENT_PASSWORDS_DIR, CLIENT_USERS_DIR,
-    CONFIG_DIR, CONFIG_KEY, PG_PORT, RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
+    config_map, deployment, pdb, service, service_account, service_account_name, ADMIN_PORT,
+    CLIENT_PASSWORDS_DIR, CLIENT_USERS_DIR, CONFIG_DIR, CONFIG_KEY, PG_PORT,
+    RESTART_CHECKSUM_ANNOTATION, SERVER_PASSWORD_DIR,
 };
 pub use shared::{peer_id_of, peers, wants_peers, PeerPod};
 
@@ -35,7 +38,7 @@ use super::crd::{self, PoolConfig, PoolConfigSpec, Target};
 use crate::config::{self, Config};
 
 /// Why a spec cannot be rendered; each message names the field to fix.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum RenderError {
     #[error("set exactly one of spec.poolSize and spec.maxServerConnections")]
     PoolSizeChoice,
@@ -56,8 +59,18 @@ pub enum RenderError {
          spec.clientAuth.usersSecret"
     )]
     PasswordsSecretMissing(&'static str),
+    /// The pooler's own validation refuses the rendered config.
     #[error("the rendered pooler config is invalid: {0}")]
-    Config(String),
+    Config(#[from] config::ConfigError),
+    /// The rendered config cannot be written as YAML.
+    #[error("the rendered pooler config is invalid: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// A rendered object cannot be written as JSON.
+    #[error("the rendered pooler config is invalid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A PoolConfig not stored yet (no namespace or uid) has no owned objects to show.
+    #[error("the rendered pooler config is invalid: the PoolConfig needs a namespace and a uid")]
+    Unstored,
     #[error(
         "spec.target.deployment.service.externalTrafficPolicy applies only to a NodePort or \
          LoadBalancer Service"
@@ -141,9 +154,7 @@ pub fn render_observed(
     if facts.admin_files {
         admin::admin_files(&mut config);
     }
-    config
-        .validate()
-        .map_err(|e| RenderError::Config(e.to_string()))?;
+    config.validate()?;
     let yaml = minimal_yaml(&config)?;
     let restart_only = (
         &config.listen,
@@ -152,8 +163,7 @@ pub fn render_observed(
         &config.server.password_file,
         &config.auth.passwords_dir,
     );
-    let restart_yaml =
-        serde_yaml::to_string(&restart_only).map_err(|e| RenderError::Config(e.to_string()))?;
+    let restart_yaml = serde_yaml::to_string(&restart_only)?;
     Ok(Rendered {
         hash: fnv1a_hex(yaml.as_bytes()),
         restart_checksum: fnv1a_hex(restart_yaml.as_bytes()),
@@ -177,17 +187,14 @@ pub fn config_map_name(pc: &PoolConfig) -> String {
 /// admin Secret comes without its values, which are made at the first reconciliation.
 pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, RenderError> {
     let r = render(&pc.spec, poolers)?;
-    let json = |v: Result<serde_json::Value, serde_json::Error>| {
-        v.map_err(|e| RenderError::Config(e.to_string()))
-    };
-    let unstored = || RenderError::Config("the PoolConfig needs a namespace and a uid".into());
+    let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(RenderError::from);
     let cm_name = config_map_name(pc);
-    let mut secret = admin_secret(pc, "", "").ok_or_else(unstored)?;
+    let mut secret = admin_secret(pc, "", "").ok_or(RenderError::Unstored)?;
     secret.data = None;
     let mut out = vec![
         json(serde_json::to_value(secret))?,
         json(serde_json::to_value(
-            config_map(pc, &cm_name, &r).ok_or_else(unstored)?,
+            config_map(pc, &cm_name, &r).ok_or(RenderError::Unstored)?,
         ))?,
     ];
     if let Target::Deployment(t) = &pc.spec.target {
@@ -195,14 +202,14 @@ pub fn preview(pc: &PoolConfig, poolers: u32) -> Result<Vec<serde_json::Value>, 
             out.push(json(serde_json::to_value(sa))?);
         }
         out.push(json(serde_json::to_value(
-            deployment(pc, t, &cm_name, &r).ok_or_else(unstored)?,
+            deployment(pc, t, &cm_name, &r).ok_or(RenderError::Unstored)?,
         ))?);
         out.push(json(serde_json::to_value(
-            service(pc, t).ok_or_else(unstored)?,
+            service(pc, t).ok_or(RenderError::Unstored)?,
         ))?);
         if t.pod_disruption_budget.enabled {
             out.push(json(serde_json::to_value(
-                pdb(pc, t).ok_or_else(unstored)?,
+                pdb(pc, t).ok_or(RenderError::Unstored)?,
             ))?);
         }
     }
@@ -222,13 +229,12 @@ pub fn header() -> String {
 /// settings) unreadable for poolers of an older release; this way a new setting appears only
 /// where a PoolConfig uses it.
 fn minimal_yaml(config: &Config) -> Result<String, RenderError> {
-    let err = |e: serde_yaml::Error| RenderError::Config(e.to_string());
-    let mut value = serde_yaml::to_value(config).map_err(err)?;
-    let defaults = serde_yaml::to_value(Config::default()).map_err(err)?;
+    let mut value = serde_yaml::to_value(config)?;
+    let defaults = serde_yaml::to_value(Config::default())?;
     prune_defaults(&mut value, &defaults);
     let body = match &value {
         serde_yaml::Value::Mapping(m) if m.is_empty() => String::new(),
-        v => serde_yaml::to_string(v).map_err(err)?,
+        v => serde_yaml::to_string(v)?,
     };
     Ok(header() + &body)
 }

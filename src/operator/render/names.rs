@@ -136,14 +136,14 @@ mod tests {
                     .replace("CM", cm),
             )
         };
-        assert_eq!(check_names(&s("db", "password", "cm")), Ok(()));
-        assert_eq!(
+        assert!(check_names(&s("db", "password", "cm")).is_ok());
+        assert!(matches!(
             check_names(&s("'../../kube-system/secrets/x'", "password", "cm")),
             Err(RenderError::Name {
                 field: "spec.server.passwordSecret.name",
-                value: "../../kube-system/secrets/x".into()
-            })
-        );
+                value
+            }) if value == "../../kube-system/secrets/x"
+        ));
         assert!(matches!(
             check_names(&s("db", "'..'", "cm")),
             Err(RenderError::Key {

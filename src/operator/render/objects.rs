@@ -7,15 +7,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, HTTPGetAction,
-    KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
+use super::admin::admin_volume;
+use super::meta::{labels, meta_of, selector_labels};
+use super::volumes::{secret_volume, volume};
 use super::Rendered;
 use crate::operator::crd::{DeploymentTarget, PodTemplate, PoolConfig, ServiceType, Target};
 
@@ -37,46 +39,6 @@ pub const PG_PORT: u16 = 6432;
 pub const ADMIN_PORT: u16 = 9127;
 /// The pooler runs as this unprivileged user whatever the image says.
 const POOLER_UID: i64 = 65532;
-
-/// The labels on every object rendered for `pc` (and, for deployments, the pod selector).
-pub fn labels(pc: &PoolConfig) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".into(), "droid-pool".into()),
-        ("app.kubernetes.io/instance".into(), pc.name_any()),
-        ("app.kubernetes.io/component".into(), "pooler".into()),
-        (
-            "app.kubernetes.io/managed-by".into(),
-            "droid-pool-operator".into(),
-        ),
-    ])
-}
-
-/// The labels that select a deployment's pods: the stable subset of `labels`.
-pub fn selector_labels(pc: &PoolConfig) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".into(), "droid-pool".into()),
-        ("app.kubernetes.io/instance".into(), pc.name_any()),
-    ])
-}
-
-/// `selector_labels` as a label selector string (`k=v,k=v`).
-pub fn selector_string(pc: &PoolConfig) -> String {
-    selector_labels(pc)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-pub(super) fn meta_of(pc: &PoolConfig, name: String, owner: &OwnerReference) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: pc.namespace(),
-        labels: Some(labels(pc)),
-        owner_references: Some(vec![owner.clone()]),
-        ..ObjectMeta::default()
-    }
-}
 
 /// The controller owner reference to `pc`; `None` while it has no uid (not yet stored).
 fn owner(pc: &PoolConfig) -> Option<OwnerReference> {
@@ -120,34 +82,6 @@ fn port(name: &str, port: u16) -> ContainerPort {
     }
 }
 
-pub(super) fn volume(name: &str, mount: &str) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: mount.into(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    }
-}
-
-pub(super) fn secret_volume(name: &str, secret: &str, item: Option<&str>) -> Volume {
-    Volume {
-        name: name.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.into()),
-            items: item.map(|key| {
-                vec![KeyToPath {
-                    key: key.into(),
-                    path: key.into(),
-                    ..KeyToPath::default()
-                }]
-            }),
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
-}
-
 /// The ConfigMap (whole, at `CONFIG_DIR`), the admin Secret and the Secrets the spec names, as
 /// files. The admin Secret is mounted whether or not the config points at it yet: the
 /// operator writes those settings only for pods that have it.
@@ -161,7 +95,7 @@ fn volumes(pc: &PoolConfig, config_map: &str) -> (Vec<Volume>, Vec<VolumeMount>)
         ..Volume::default()
     }];
     let mut mounts = vec![volume("config", CONFIG_DIR)];
-    let (admin, admin_mount) = super::admin::admin_volume(pc);
+    let (admin, admin_mount) = admin_volume(pc);
     volumes.push(admin);
     mounts.push(admin_mount);
     if let Some(s) = &pc.spec.server.password_secret {

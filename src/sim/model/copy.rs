@@ -3,7 +3,7 @@
 //! line is converted as it arrives, so bad data fails the COPY at the CopyData that carries it;
 //! any other message is a protocol violation that also loses the session.
 
-use crate::protocol::backend::COPY_IN_RESPONSE_TAG;
+use crate::protocol::backend::{COPY_IN_RESPONSE_TAG, COPY_OUT_RESPONSE_TAG};
 use crate::protocol::cursor::Cursor;
 use crate::protocol::frame::Frame;
 use crate::protocol::frontend as f;
@@ -150,4 +150,18 @@ impl ModelServer {
             self.ready(io);
         }
     }
+}
+
+/// COPY TO STDOUT: CopyOutResponse, a CopyData per row in text format, CopyDone,
+/// CommandComplete (protocol docs, "COPY Operations").
+pub(super) fn send_copy_out(io: &mut Io, rows: &[Option<i32>]) {
+    io.copy_response(COPY_OUT_RESPONSE_TAG, 1);
+    for r in rows {
+        match r {
+            Some(n) => io.copy_data(format!("{n}\n").as_bytes()),
+            None => io.copy_data(b"\\N\n"),
+        }
+    }
+    io.empty(crate::protocol::frontend::COPY_DONE_TAG);
+    io.command_complete(&format!("COPY {}", rows.len()));
 }

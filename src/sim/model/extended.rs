@@ -9,11 +9,11 @@ use crate::protocol::backend::{
 };
 use crate::protocol::cursor::Cursor;
 
+use super::copy::send_copy_out;
 use super::decode::{convert_params, decode_bind, malformed, param_types, target};
 use super::error::{PgError, DUPLICATE_CURSOR, DUPLICATE_PREPARED_STATEMENT};
 use super::error::{INVALID_CURSOR_NAME, OBJECT_NOT_IN_PREREQUISITE_STATE};
 use super::exec::{Row, RowsTag, Run};
-use super::simple::send_copy_out;
 use super::sql::{self, Stmt};
 use super::tx::Block;
 use super::value::{Column, Ty, Value};

@@ -3,9 +3,10 @@
 //! implicit transaction unless the string itself has BEGIN or COMMIT; an error ends the string
 //! and its implicit transaction; ReadyForQuery ends every Query.
 
-use crate::protocol::backend::{COPY_OUT_RESPONSE_TAG, EMPTY_QUERY_RESPONSE_TAG};
+use crate::protocol::backend::EMPTY_QUERY_RESPONSE_TAG;
 use crate::protocol::cursor::Cursor;
 
+use super::copy::send_copy_out;
 use super::error::PgError;
 use super::exec::{Row, Run};
 use super::extended::Portal;
@@ -181,20 +182,6 @@ impl ModelServer {
         }
         Ok(())
     }
-}
-
-/// COPY TO STDOUT: CopyOutResponse, a CopyData per row in text format, CopyDone,
-/// CommandComplete (protocol docs, "COPY Operations").
-pub(super) fn send_copy_out(io: &mut Io, rows: &[Option<i32>]) {
-    io.copy_response(COPY_OUT_RESPONSE_TAG, 1);
-    for r in rows {
-        match r {
-            Some(n) => io.copy_data(format!("{n}\n").as_bytes()),
-            None => io.copy_data(b"\\N\n"),
-        }
-    }
-    io.empty(crate::protocol::frontend::COPY_DONE_TAG);
-    io.command_complete(&format!("COPY {}", rows.len()));
 }
 
 /// The SQL of a Query body: one NUL-terminated string and nothing after it.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cancel::KilledClient;
+use crate::cancel::KilledClient;
 use crate::pool::{CloseReason, Pool};
 use crate::shared::Shared;
 

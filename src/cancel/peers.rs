@@ -13,14 +13,13 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::config::Config;
-use crate::shared::Shared;
 
 /// Set in the process id of a forwarded request.
 pub const FORWARDED: i32 = 1 << 30;
 /// Where the peer number starts in a process id.
 const PEER_SHIFT: u32 = 16;
 /// The longest a forward may take (connect and send).
-const FORWARD_TIMEOUT: Duration = Duration::from_millis(500);
+pub(super) const FORWARD_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A process id for a new client's key: this pooler's `peer` number and random bits; without
 /// a peer number, 30 random bits.
@@ -73,36 +72,6 @@ pub fn own_peer_id(cfg: &Config, hostname: Option<&str>) -> u16 {
         .iter()
         .find(|p| p.name.as_deref() == Some(host))
         .map_or(0, |p| p.id)
-}
-
-/// Handles a CancelRequest: cancels this pooler's client's query, or forwards the request to
-/// the peer that issued the key; anything else is dropped (nobody is answered).
-pub async fn cancel(shared: &Shared, pid: i32, secret: i32) {
-    let counted = |result: &str| {
-        shared
-            .metrics
-            .clients
-            .cancels
-            .with_label_values(&[result])
-            .inc()
-    };
-    if shared
-        .cancels
-        .forward(pid & !FORWARDED, secret, shared)
-        .await
-    {
-        return counted("local");
-    }
-    let cfg = shared.config.load();
-    let own = own_peer_id(&cfg, shared.hostname.as_deref());
-    match route(&cfg, own, pid) {
-        Route::Here => counted("unknown"),
-        Route::Peer(address) => {
-            let sent =
-                super::cancel::send_cancel(address, pid | FORWARDED, secret, FORWARD_TIMEOUT).await;
-            counted(if sent { "forwarded" } else { "forward_failed" });
-        }
-    }
 }
 
 #[cfg(test)]

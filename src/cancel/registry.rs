@@ -1,23 +1,15 @@
-//! Cancel keys: the pooler's own BackendKeyData per client, forwarding a CancelRequest to the
-//! server that client holds at that moment (on a new connection with that server's key,
-//! bounded by `pool.cancel_wait_timeout`), and the console's KILL of a client. A key is the
-//! whole (process id, secret) pair; with a peer number in the process id (see `peers`), the
-//! process id is kept unique among live clients as far as its random bits allow.
+//! The registry of logged-in clients by cancel key: each client's slot (the server it holds
+//! now, its pool, whether the console killed it), the key it is issued at login, and the
+//! lookups of a CancelRequest, the console's KILL and SHOW CLIENTS, and the drain deadline.
 
 use rand::Rng;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use bytes::BytesMut;
-use prometheus::IntCounterVec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, ToSocketAddrs};
-
-use crate::protocol::frontend;
-use crate::shared::Shared;
+use super::peers::issue_pid;
+use super::send::CancelSender;
 
 /// Draws of a process id no live client has before one in use is accepted (the pair with
 /// its random secret is still unique): 16 random bits per peer can run out.
@@ -67,9 +59,9 @@ impl CancelSlot {
     }
 
     /// Cancels what the held server runs now (a timeout, a KILL), in the background.
-    pub fn cancel_now(&self, shared: &Shared) {
+    pub fn cancel_now(&self, sender: CancelSender) {
         if let Some(h) = self.held() {
-            tokio::spawn(CancelSender::new(shared).send(h.addr, h.key));
+            tokio::spawn(sender.send(h.addr, h.key));
         }
     }
 
@@ -79,12 +71,22 @@ impl CancelSlot {
     }
 
     /// This client as a pool waiter: named by the slot's address, stopped by its kill.
-    pub fn ticket(&self) -> crate::pool::Ticket<'_> {
-        crate::pool::Ticket {
+    pub fn ticket(&self) -> Ticket<'_> {
+        Ticket {
             owner: self as *const CancelSlot as usize,
             stop: &self.killed,
         }
     }
+}
+
+/// Who a checkout waits for, so the wait can be ended from outside: `owner` names the waiter
+/// (`Pool::drop_waiters_of`), and a set `stop` flag refuses the wait (the pool checks it under
+/// its lock, so a stop raised before a drop by name is never missed). A client's ticket is
+/// its [`CancelSlot::ticket`]: named by its slot, stopped by the console's KILL.
+#[derive(Clone, Copy)]
+pub struct Ticket<'a> {
+    pub owner: usize,
+    pub stop: &'a AtomicBool,
 }
 
 /// A client the console killed: its key, and its name as a pool waiter.
@@ -129,7 +131,7 @@ impl Cancels {
         let mut map = self.lock();
         let mut tries = 0;
         let key = loop {
-            let key = (super::peers::issue_pid(peer, &mut rng), rng.gen());
+            let key = (issue_pid(peer, &mut rng), rng.gen());
             tries += 1;
             let pid_taken = tries <= UNIQUE_PID_TRIES && map.keys().any(|k| k.0 == key.0);
             if !pid_taken && !map.contains_key(&key) {
@@ -194,9 +196,8 @@ impl Cancels {
 
     /// Cancels whatever every client is running now (the drain deadline), in the background;
     /// returns how many.
-    pub fn cancel_all(&self, shared: &Shared) -> usize {
+    pub fn cancel_all(&self, sender: CancelSender) -> usize {
         let targets: Vec<Held> = self.lock().values().filter_map(|s| s.held()).collect();
-        let sender = CancelSender::new(shared);
         for h in &targets {
             tokio::spawn(sender.clone().send(h.addr, h.key));
         }
@@ -207,97 +208,15 @@ impl Cancels {
     /// (one that holds none has nothing to cancel); returns whether the key is one of this
     /// pooler's. Nobody is answered either way, as PostgreSQL answers no cancel; it returns
     /// once the server has closed the cancel connection or `pool.cancel_wait_timeout` passed.
-    pub async fn forward(&self, pid: i32, secret: i32, shared: &Shared) -> bool {
+    pub async fn forward(&self, pid: i32, secret: i32, sender: CancelSender) -> bool {
         let target = self.lock().get(&(pid, secret)).map(|slot| slot.held());
         let Some(held) = target else {
             return false;
         };
         match held {
-            Some(h) => CancelSender::new(shared).send(h.addr, h.key).await,
+            Some(h) => sender.send(h.addr, h.key).await,
             None => tracing::debug!("cancel request for an idle client dropped"),
         }
         true
-    }
-}
-
-/// Sends CancelRequests to servers, bounded by `pool.cancel_wait_timeout` and counted by
-/// result in `droidpool_server_cancels_total`.
-#[derive(Clone)]
-struct CancelSender {
-    /// Zero: no limit.
-    wait: Duration,
-    counts: IntCounterVec,
-}
-
-impl CancelSender {
-    fn new(shared: &Shared) -> Self {
-        CancelSender {
-            wait: shared.config.load().pool.cancel_wait_timeout,
-            counts: shared.metrics.clients.server_cancels.clone(),
-        }
-    }
-
-    /// Sends a CancelRequest for the server process `key` to `addr`, on a connection of its
-    /// own, and waits for the server to close it: PostgreSQL closes it once it has acted on
-    /// the request (libpq's cancel waits for the same), so the client's cancel connection
-    /// is not closed before that either.
-    async fn send(self, addr: SocketAddr, key: (i32, i32)) {
-        let mut buf = BytesMut::new();
-        frontend::cancel_request(&mut buf, key.0, key.1);
-        let send = async {
-            let mut s = TcpStream::connect(addr).await?;
-            s.write_all(&buf).await?;
-            let mut sink = [0u8; 64];
-            while s.read(&mut sink).await? > 0 {}
-            Ok::<(), std::io::Error>(())
-        };
-        let res = if self.wait.is_zero() {
-            Some(send.await)
-        } else {
-            tokio::time::timeout(self.wait, send).await.ok()
-        };
-        let result = match res {
-            Some(Ok(())) => "done",
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "sending a cancel request to the server failed");
-                "failed"
-            }
-            None => {
-                tracing::warn!(
-                    wait = ?self.wait,
-                    "a cancel request was not confirmed by the server in time (pool.cancel_wait_timeout); given up"
-                );
-                "timeout"
-            }
-        };
-        self.counts.with_label_values(&[result]).inc();
-    }
-}
-
-/// Sends a CancelRequest for process `spid` to `addr` (a peer pooler), on a connection of its
-/// own, within `timeout`; whether it was sent.
-pub(super) async fn send_cancel(
-    addr: impl ToSocketAddrs,
-    spid: i32,
-    ssecret: i32,
-    timeout: Duration,
-) -> bool {
-    let mut buf = BytesMut::new();
-    frontend::cancel_request(&mut buf, spid, ssecret);
-    let send = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(&buf).await?;
-        s.shutdown().await
-    };
-    match tokio::time::timeout(timeout, send).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "forwarding a cancel request to a peer failed");
-            false
-        }
-        Err(_) => {
-            tracing::warn!("forwarding a cancel request to a peer timed out");
-            false
-        }
     }
 }

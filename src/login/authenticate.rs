@@ -9,10 +9,10 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rand::Rng;
 
-use super::error::ClientError;
-use super::io::read_chunk;
+use super::error::LoginError;
 use crate::auth::{self, Credential, Exchange, ScramError, Verifier};
 use crate::config::{AuthMethod, Config};
+use crate::net::read::read_chunk;
 use crate::net::ClientStream;
 use crate::protocol::backend::{self, AuthRequest};
 use crate::protocol::{frame, frontend, scram, sqlstate, Frame};
@@ -33,7 +33,7 @@ pub(super) async fn authenticate(
     shared: &Arc<Shared>,
     user: &str,
     out: &mut BytesMut,
-) -> Result<Option<ServerSecret>, ClientError> {
+) -> Result<Option<ServerSecret>, LoginError> {
     let cfg = shared.config.load();
     let method = cfg.auth_method_for(user);
     if method == AuthMethod::Trust {
@@ -90,7 +90,12 @@ pub(super) async fn authenticate(
     if let Some(keys) = proved {
         return Ok(cred.and_then(|c| c.server_secret(keys)));
     }
-    let peer = ex.stream.peer_addr().ok();
+    Err(refused(shared, user, ex.stream.peer_addr().ok()))
+}
+
+/// A wrong password (or an unknown user): logged at a bounded rate, so a password-guessing
+/// flood cannot flood the log too, and answered as PostgreSQL answers it.
+fn refused(shared: &Shared, user: &str, peer: Option<std::net::SocketAddr>) -> LoginError {
     if let Some(suppressed) = shared.auth_failures.admit() {
         let peer = peer.map(|p| p.to_string()).unwrap_or_default();
         tracing::info!(
@@ -100,10 +105,10 @@ pub(super) async fn authenticate(
             "client authentication failed"
         );
     }
-    Err(ClientError::Fatal {
+    LoginError::Fatal {
         code: sqlstate::INVALID_PASSWORD,
         message: format!("password authentication failed for user \"{user}\""),
-    })
+    }
 }
 
 /// The user's credential from the files, else (if configured) from auth_query, looked up on
@@ -113,7 +118,7 @@ async fn credential(
     shared: &Arc<Shared>,
     cfg: &Config,
     user: &str,
-) -> Result<Option<Credential>, ClientError> {
+) -> Result<Option<Credential>, LoginError> {
     if let Some(c) = shared.auth.users().get(user) {
         return Ok(Some(c.clone()));
     }
@@ -136,7 +141,7 @@ async fn credential(
         lookups.with_label_values(&["cached"]).inc();
         return Ok(hit);
     }
-    let unavailable = || ClientError::Fatal {
+    let unavailable = || LoginError::Fatal {
         code: sqlstate::CANNOT_CONNECT_NOW,
         message: "droid-pool cannot look up the user right now (auth_query failed)".into(),
     };
@@ -178,49 +183,48 @@ struct Exchanger<'a> {
 }
 
 impl Exchanger<'_> {
-    async fn request(&mut self, req: AuthRequest<'_>) -> Result<Frame, ClientError> {
+    async fn request(&mut self, req: AuthRequest<'_>) -> Result<Frame, LoginError> {
         backend::auth_request(self.out, &req);
         self.stream.send(self.out).await?;
         self.out.clear();
         loop {
-            let cut = frame::cut(self.buf, MAX_AUTH_MESSAGE)
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let cut = frame::cut(self.buf, MAX_AUTH_MESSAGE)?;
             if let Some(f) = cut {
                 if f.tag != frontend::PASSWORD_TAG {
-                    return Err(ClientError::Protocol(format!(
-                        "expected a password response, got message type '{}'",
-                        (f.tag as char).escape_default()
-                    )));
+                    return Err(LoginError::NotPassword(f.tag));
                 }
                 return Ok(f);
             }
             if read_chunk(self.stream, self.buf, 1024).await? == 0 {
-                return Err(ClientError::Gone);
+                return Err(LoginError::Gone);
             }
         }
     }
 
     /// An md5 challenge; `stored` is `md5...` or `None` for an unknown user.
-    async fn md5(&mut self, stored: Option<String>) -> Result<bool, ClientError> {
+    async fn md5(&mut self, stored: Option<String>) -> Result<bool, LoginError> {
         let salt: [u8; 4] = rand::thread_rng().gen();
         let f = self.request(AuthRequest::Md5 { salt }).await?;
-        let sent = frontend::parse_password(f.body()).map_err(protocol)?;
+        let sent = frontend::parse_password(f.body()).map_err(LoginError::PasswordMessage)?;
         Ok(stored.is_some_and(|s| auth::md5_matches(&s, salt, sent)))
     }
 
     /// A SCRAM-SHA-256 exchange against `verifier` (for an unknown user, a mock one nobody
     /// can pass); if the client's proof was right, the keys it gave.
-    async fn scram(&mut self, verifier: Verifier) -> Result<Option<ScramKeys>, ClientError> {
+    async fn scram(&mut self, verifier: Verifier) -> Result<Option<ScramKeys>, LoginError> {
         let mechanisms = vec![scram::MECHANISM];
         let f = self.request(AuthRequest::Sasl { mechanisms }).await?;
-        let (mechanism, data) = frontend::parse_sasl_initial(f.body()).map_err(protocol)?;
+        let (mechanism, data) =
+            frontend::parse_sasl_initial(f.body()).map_err(LoginError::PasswordMessage)?;
         if mechanism != scram::MECHANISM {
-            return Err(ClientError::Protocol(
-                "client selected an invalid SASL authentication mechanism".into(),
+            return Err(LoginError::Protocol(
+                "client selected an invalid SASL authentication mechanism",
             ));
         }
-        let data = data.ok_or_else(|| protocol("SCRAM initial response missing"))?;
-        let (ex, server_first) = Exchange::start(verifier, data).map_err(scram_error)?;
+        let data = data.ok_or(LoginError::Protocol(
+            "invalid password message: SCRAM initial response missing",
+        ))?;
+        let (ex, server_first) = Exchange::start(verifier, data)?;
         let data = server_first.as_bytes();
         let f = self.request(AuthRequest::SaslContinue { data }).await?;
         match ex.finish(f.body()) {
@@ -230,15 +234,7 @@ impl Exchanger<'_> {
                 Ok(Some(keys))
             }
             Err(ScramError::WrongProof) => Ok(None),
-            Err(e) => Err(scram_error(e)),
+            Err(e) => Err(e.into()),
         }
     }
-}
-
-fn protocol(e: impl std::fmt::Display) -> ClientError {
-    ClientError::Protocol(format!("invalid password message: {e}"))
-}
-
-fn scram_error(e: ScramError) -> ClientError {
-    ClientError::Protocol(e.to_string())
 }

@@ -211,7 +211,7 @@ pub fn state(shared: &Shared) -> Vec<Vec<String>> {
         vec!["active".into(), yes_no(!l.is_paused())],
         vec!["paused".into(), yes_no(l.is_paused())],
         vec!["suspended".into(), yes_no(false)],
-        vec!["draining".into(), yes_no(l.drain.is_cancelled())],
+        vec!["draining".into(), yes_no(l.is_draining())],
         vec!["paused_databases".into(), l.paused_dbs().join(",")],
     ]
 }
