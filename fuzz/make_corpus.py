@@ -7,6 +7,7 @@ changing a target's input layout: `python3 fuzz/make_corpus.py`.
 """
 
 import os
+import random
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,6 +89,15 @@ SEEDS = {
         "seed-close-portal": bytes([3 + 8 * 1]) + b"P" + cstr(b"p1"),
         "seed-query": bytes([4]) + cstr(b"select 1"),
     },
+}
+
+
+# sim: a setup byte, the schedule's seed, then the generator's choices (fixed pseudo-random
+# bytes, so every setup starts from a program of several clients and pieces).
+_rng = random.Random(7)
+SEEDS["sim"] = {
+    f"seed-setup{i}": bytes([i]) + bytes(_rng.randrange(256) for _ in range(8 + 200))
+    for i in range(6)
 }
 
 

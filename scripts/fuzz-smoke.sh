@@ -17,7 +17,7 @@ if ! [[ $SECONDS_PER_TARGET =~ ^[0-9]+$ ]] || ((SECONDS_PER_TARGET == 0)); then
   echo "usage: $0 [seconds-per-target]  (a positive integer, default 30)" >&2
   exit 2
 fi
-ALL_TARGETS="frame startup frontend_msgs scram scram_mock auth_msgs backend_msgs replies userlist console"
+ALL_TARGETS="frame startup frontend_msgs scram scram_mock auth_msgs backend_msgs replies userlist console sim"
 read -r -a TARGETS <<<"${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

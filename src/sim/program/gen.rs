@@ -36,14 +36,19 @@ enum Piece {
 
 /// A program of 1 to `rules.clients` clients, all of it a function of `seed`.
 pub fn generate(seed: u64, rules: &Rules) -> Program {
-    let mut rng = StdRng::seed_from_u64(seed);
+    generate_from(&mut StdRng::seed_from_u64(seed), rules)
+}
+
+/// A program drawn from any source of choices (the fuzz target's input bytes, so that
+/// coverage guides what is drawn).
+pub fn generate_from<R: Rng>(rng: &mut R, rules: &Rules) -> Program {
     let n = rng.gen_range(1..=rules.clients.max(1));
-    let clients = (0..n).map(|c| client_program(&mut rng, rules, c)).collect();
+    let clients = (0..n).map(|c| client_program(rng, rules, c)).collect();
     Program { clients }
 }
 
 /// An entry of `list` the rules allow, by weight.
-fn pick(rng: &mut StdRng, rules: &Rules, list: &'static [Entry]) -> &'static Entry {
+fn pick<R: Rng>(rng: &mut R, rules: &Rules, list: &'static [Entry]) -> &'static Entry {
     let usable = |e: &&Entry| e.weight > 0 && vocab::allowed(rules, e.needs);
     let total: u32 = list.iter().filter(usable).map(|e| e.weight).sum();
     let mut at = rng.gen_range(0..total.max(1));
@@ -56,7 +61,7 @@ fn pick(rng: &mut StdRng, rules: &Rules, list: &'static [Entry]) -> &'static Ent
     &list[0]
 }
 
-fn piece(rng: &mut StdRng, rules: &Rules) -> Piece {
+fn piece<R: Rng>(rng: &mut R, rules: &Rules) -> Piece {
     // The differential test's weights: 23 in all.
     match rng.gen_range(0..23) {
         0..=3 => Piece::Query(pick(rng, rules, QUERIES)),
@@ -223,7 +228,7 @@ impl Builder<'_> {
 
 /// One client's program: a few writes of a few pieces each; some writes end with Flush and
 /// are continued by the next write, in the same batch; the cleanup write last.
-fn client_program(rng: &mut StdRng, rules: &Rules, client: usize) -> ClientProgram {
+fn client_program<R: Rng>(rng: &mut R, rules: &Rules, client: usize) -> ClientProgram {
     let mut b = Builder {
         rules,
         client,

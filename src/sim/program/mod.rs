@@ -18,7 +18,7 @@ use crate::protocol::backend::put_cstr;
 use crate::protocol::frame::{begin, finish};
 use crate::protocol::frontend as f;
 
-pub use gen::generate;
+pub use gen::{generate, generate_from};
 pub use rules::{Illegal, Rules};
 pub use shrink::shrink;
 
