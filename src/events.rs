@@ -59,6 +59,13 @@ impl Events {
         }
     }
 
+    /// `reason` is one of [`crate::relay::Pin::label`]'s fixed words.
+    pub fn client_pinned(&self, client: u64, server: u64, reason: &str) {
+        self.emit(format_args!(
+            "client {client} pinned to server {server}: {reason}"
+        ));
+    }
+
     pub fn client_prepares(&self, client: u64, name: &[u8], server: u64) {
         let name = printable(name);
         self.emit(format_args!(

@@ -45,18 +45,24 @@ impl Session<'_> {
         self.cancel.clear();
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
+        // A pinned client's server holds its session state (a setting, a temp table, a
+        // lock...): reset before anyone else gets it, or closed when there is no reset query.
+        let pinned = self.relay.pinned().is_some();
         if !clean {
             self.pool
                 .discard(conn, close.unwrap_or(CloseReason::ClientEnded));
-        } else if self.relay.policy().mode == PoolMode::Session && !reset.is_empty() {
+        } else if (self.relay.policy().mode == PoolMode::Session || pinned) && !reset.is_empty() {
             tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
+        } else if pinned {
+            self.pool.discard(conn, CloseReason::ClientEnded);
         } else {
             self.pool.checkin(conn);
         }
     }
 }
 
-/// Runs the reset query on a server whose session-mode client left, then returns it.
+/// Runs the reset query on a server whose session-mode (or pinned) client left, then
+/// returns it.
 async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     let used = pool.resetting();
     let outcome =

@@ -61,6 +61,29 @@ pub enum PoolMode {
     Statement,
 }
 
+/// What transaction pooling does with state a client leaves on its server (`pool.session_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Nothing: statements are forwarded as they are (the prepared-statement contract's
+    /// behaviour; SQL `SET` or a temp table stays on the server for its next client).
+    #[default]
+    Off,
+    /// A statement that creates session state (a setting, SQL `PREPARE`, a temp table, a
+    /// `WITH HOLD` cursor, a session advisory lock, `LOAD`, `LISTEN`) pins the client to its
+    /// server until it leaves; the server is then reset (`pool.reset_query`) or closed.
+    Pin,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Off => "off",
+            SessionState::Pin => "pin",
+        }
+    }
+}
+
 impl PoolMode {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -237,6 +260,9 @@ pub struct PoolConfig {
     pub server_round_robin: bool,
     /// Track named prepared statements across server connections (transaction mode).
     pub track_prepared: bool,
+    /// Session state in transaction mode: `off` (forwarded as it is) or `pin` (the client
+    /// keeps its server until it leaves; the server is reset before anyone else gets it).
+    pub session_state: SessionState,
     /// Prepared statements kept per server connection before the least recently used is closed.
     pub max_prepared_statements: usize,
     /// Named statements one client may keep (tracking on); the Parse of one more new name is
@@ -430,6 +456,7 @@ impl Default for PoolConfig {
             reset_query: "DISCARD ALL".into(),
             server_round_robin: false,
             track_prepared: false,
+            session_state: SessionState::Off,
             max_prepared_statements: 200,
             max_client_prepared_statements: 1000,
             max_connecting: 2,

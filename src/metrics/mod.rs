@@ -39,6 +39,8 @@ pub struct ClientMetrics {
     /// Clients refused or shed, by reason (too_many_clients, waiting_full, wait_timeout,
     /// circuit_open, shutting_down).
     pub shed: IntCounterVec,
+    /// Clients pinned to their server by session state (`pool.session_state: pin`), by reason.
+    pub session_pins: IntCounterVec,
     /// Errors the pooler itself answered, by SQLSTATE class (two characters).
     pub pooler_errors: IntCounterVec,
     /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
@@ -164,6 +166,12 @@ impl Metrics {
                 &r,
                 "droidpool_client_connections_total",
                 "Client connections accepted.",
+            ),
+            session_pins: counter_vec(
+                &r,
+                "droidpool_session_pins_total",
+                "Clients pinned to their server by the session state they created, by reason.",
+                &["reason"],
             ),
             shed: counter_vec(
                 &r,

@@ -278,6 +278,9 @@ impl Relay {
         total: usize,
         io: &mut I,
     ) -> Result<bool, ClientFault> {
+        if self.policy.pinning && (tag == f::QUERY_TAG || tag == f::PARSE_TAG) {
+            self.check_pin(srv, tag, msg);
+        }
         match tag {
             f::QUERY_TAG => self.forward(srv, msg, Request::Query, total, io),
             f::FUNCTION_CALL_TAG => self.forward(srv, msg, Request::Query, total, io),

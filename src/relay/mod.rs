@@ -15,6 +15,7 @@ mod client;
 mod direct;
 mod error;
 mod pass;
+mod pin;
 mod policy;
 mod replies;
 mod retry;
@@ -23,6 +24,7 @@ mod timeouts;
 mod tracking;
 
 pub use error::{ClientFault, RelayError, ServerFault};
+pub use pin::Pin;
 pub use policy::Policy;
 pub use timeouts::Kind;
 
@@ -86,6 +88,8 @@ struct ClientSide {
     refused_bytes: usize,
     /// The session settings this client expects (what it was told, plus its own SETs).
     params: ClientParams,
+    /// It created session state on its server and keeps that server until it leaves.
+    pinned: Option<Pin>,
 }
 
 /// The batch in flight on the held server.
@@ -288,6 +292,7 @@ impl Relay {
             && self.batch.status == backend::TX_IDLE
             && !self.policy.is_session()
             && self.client.cpass.is_idle()
+            && self.client.pinned.is_none()
     }
 
     /// Gives `srv` up at a transaction boundary; returns the clock read the transaction's

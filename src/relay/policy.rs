@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Config, PoolMode};
+use crate::config::{Config, PoolMode, SessionState};
 
 /// What a checkout's transaction may do and how the relay treats it. Small (every session
 /// carries one, idle ones too): limits as `u32`, timeouts in milliseconds.
@@ -14,6 +14,9 @@ pub struct Policy {
     /// Named prepared statements are tracked (renamed, replayed where missing): pooled modes
     /// with `pool.track_prepared`.
     pub tracking: bool,
+    /// Statements that create session state pin the client to its server (transaction mode
+    /// with `pool.session_state: pin`).
+    pub pinning: bool,
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
@@ -37,6 +40,7 @@ impl Policy {
         Policy {
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
+            pinning: p.session_state == SessionState::Pin && mode == PoolMode::Transaction,
             limits: [
                 small(p.max_prepared_statements),
                 small(p.max_client_prepared_statements),

@@ -16,6 +16,7 @@ mod prepared;
 mod relay;
 mod security;
 mod server_check;
+mod session_state;
 mod support;
 mod timeouts;
 
