@@ -40,8 +40,35 @@ pub struct Setup {
     pub track: bool,
     pub pool_size: usize,
     pub rules: Rules,
-    /// `pool.max_prepared_statements` (`None`: the default), low for eviction scenarios.
+    pub limits: Limits,
+}
+
+/// The pool's statement bounds (`None`: the default), low for scenarios of eviction and of
+/// the per-client bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `pool.max_prepared_statements`.
     pub max_prepared: Option<usize>,
+    /// `pool.max_client_prepared_statements`.
+    pub max_client_prepared: Option<usize>,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits {
+        max_prepared: None,
+        max_client_prepared: None,
+    };
+}
+
+/// How a run departs from the plain one ([`run_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// What the clients must receive, where the pooler answers by design otherwise than the
+    /// direct run (`None`: the direct run).
+    pub expected: Option<Vec<DirectRun>>,
+    /// Each client's first write comes with its startup packet: the relay starts with it
+    /// buffered (its `leftover`) and runs it before the client writes anything more.
+    pub pipelined_startup: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -52,7 +79,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::session(3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction",
@@ -60,7 +87,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::transaction(false, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction-tracked",
@@ -68,7 +95,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction-tracked-pool-1",
@@ -76,7 +103,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 1,
         rules: Rules::transaction(true, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "statement",
@@ -84,7 +111,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::statement(false, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "statement-tracked",
@@ -92,7 +119,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::statement(true, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
 ];
 
@@ -255,8 +282,24 @@ pub fn run(setup: &Setup, program: &Program, seed: u64) -> Result<Stats, Failure
 
 /// [`run`], and what the servers were sent, for checks beyond agreement with the direct run.
 pub fn run_report(setup: &Setup, program: &Program, seed: u64) -> Result<Report, Failure> {
-    let expected = direct::run_program(program);
+    run_with(setup, program, seed, &Options::default())
+}
+
+/// [`run_report`] with `options`.
+pub fn run_with(
+    setup: &Setup,
+    program: &Program,
+    seed: u64,
+    options: &Options,
+) -> Result<Report, Failure> {
+    let expected = match &options.expected {
+        Some(e) => e.clone(),
+        None => direct::run_program(program),
+    };
     let mut sim = Sim::new(setup, program, expected, seed);
+    if options.pipelined_startup {
+        sim.startup_pipelined()?;
+    }
     sim.run()?;
     let stats = Stats {
         steps: sim.steps,
@@ -270,8 +313,11 @@ impl<'p> Sim<'p> {
         let mut cfg = Config::default();
         cfg.pool.track_prepared = setup.track;
         cfg.pool.size = setup.pool_size;
-        if let Some(max) = setup.max_prepared {
+        if let Some(max) = setup.limits.max_prepared {
             cfg.pool.max_prepared_statements = max;
+        }
+        if let Some(max) = setup.limits.max_client_prepared {
+            cfg.pool.max_client_prepared_statements = max;
         }
         // Small buffers, so that large values go through the pieces path.
         cfg.client.buffer_size = 8 * 1024;
@@ -320,6 +366,19 @@ impl<'p> Sim<'p> {
             trace: std::env::var_os("DROID_SIM_TRACE").is_some(),
             traffic: Vec::new(),
         }
+    }
+
+    /// Each client's first write becomes what its relay was made with, as the session task
+    /// hands the relay what the client sent behind its startup packet; the relay runs it first.
+    fn startup_pipelined(&mut self) -> Result<(), Failure> {
+        for c in 0..self.clients.len() {
+            self.client_writes(c)?;
+            let cl = &mut self.clients[c];
+            let first = cl.outbox.split();
+            cl.relay.client_in().extend_from_slice(&first);
+            self.resume.push(c);
+        }
+        Ok(())
     }
 
     fn run(&mut self) -> Result<(), Failure> {

@@ -29,6 +29,28 @@ const TX: &[&str] = &[
 
 pub const TABLE: &[Scenario] = &[
     Scenario {
+        name: "queries_pipelined_with_startup",
+        origin: "core.rs::query_pipelined_with_startup",
+        setups: &["transaction", "transaction-pool-1", "session", "statement"],
+        program: || {
+            let c = || {
+                client(vec![
+                    fence(vec![
+                        q("select 'eager'"),
+                        parse("", "select $1::int4"),
+                        bind("", &["41"]),
+                        exec(),
+                        sync(),
+                    ]),
+                    simple("select 'after'"),
+                ])
+            };
+            program(vec![c(), c()])
+        },
+        pipelined_startup: true,
+        ..BASE
+    },
+    Scenario {
         name: "simple_and_extended_queries",
         origin: "core.rs::simple_and_extended_queries",
         setups: TX,

@@ -130,7 +130,7 @@ pub const COVERAGE: &[(&str, Cover)] = &[
     ("prepared.rs::plan_change_retry_is_bounded", RealOnly(PLAN)),
     (
         "prepared.rs::client_statements_are_bounded",
-        RealOnly("the pooler's own 53400 limit: directly the Parse succeeds, so the oracle differs by design"),
+        Ported(&["client_bound_53400_from_the_pooler"]),
     ),
     (
         "prepared.rs::deallocate_all_with_comments_clears_too",
@@ -264,7 +264,10 @@ pub const COVERAGE: &[(&str, Cover)] = &[
         RealOnly("a PostgreSQL restart"),
     ),
     ("core.rs::pools_per_database_and_user", RealOnly(STARTUP)),
-    ("core.rs::query_pipelined_with_startup", RealOnly(STARTUP)),
+    (
+        "core.rs::query_pipelined_with_startup",
+        Ported(&["queries_pipelined_with_startup"]),
+    ),
     (
         "core.rs::statement_mode_refuses_pipelined_transaction",
         RealOnly("the pooler's own 0A000 refusal: directly BEGIN succeeds, so the oracle differs by design"),

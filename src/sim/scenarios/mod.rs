@@ -15,10 +15,12 @@ mod prepared;
 mod prepared_more;
 
 use super::direct;
-use super::harness::{self, Report, Setup};
+use super::harness::{self, Limits, Options, Report, Setup};
 use super::program::{Program, Rules};
 use crate::config::PoolMode;
-use crate::protocol::backend;
+use crate::protocol::{backend, frame};
+use bytes::BytesMut;
+use direct::DirectRun;
 
 pub use build::*;
 
@@ -42,6 +44,18 @@ pub struct Scenario {
     /// Something at least one seed of each setup must show (e.g. a replay on a second
     /// server): what, and whether a run shows it.
     pub some: Option<(&'static str, Shows)>,
+    /// Where the pooler answers by design otherwise than PostgreSQL.
+    pub expect: Option<Expect>,
+    /// Each client's first write comes in one write with its startup packet.
+    pub pipelined_startup: bool,
+}
+
+/// What the clients must receive where the pooler answers otherwise than PostgreSQL: the
+/// direct run of another program, with its errors of one SQLSTATE made the pooler's.
+pub struct Expect {
+    pub direct: fn() -> Program,
+    /// (SQLSTATE in that direct run, the pooler's SQLSTATE, the pooler's message).
+    pub errors: &'static [(&'static str, &'static str, &'static str)],
 }
 
 /// Default fields for `..BASE` in the tables.
@@ -53,6 +67,8 @@ pub const BASE: Scenario = Scenario {
     codes: &[],
     check: None,
     some: None,
+    expect: None,
+    pipelined_startup: false,
 };
 
 /// Setups only scenarios use (not [`harness::SETUPS`], so the generated programs' test is
@@ -64,7 +80,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::session(3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "session-pool-1",
@@ -72,7 +88,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 1,
         rules: Rules::session(3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction-pool-1",
@@ -80,7 +96,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 1,
         rules: Rules::transaction(false, 3).small(),
-        max_prepared: None,
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "tracked-bound-4",
@@ -88,7 +104,10 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
-        max_prepared: Some(4),
+        limits: Limits {
+            max_prepared: Some(4),
+            ..Limits::DEFAULT
+        },
     },
     Setup {
         name: "tracked-bound-1",
@@ -96,7 +115,21 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
-        max_prepared: Some(1),
+        limits: Limits {
+            max_prepared: Some(1),
+            ..Limits::DEFAULT
+        },
+    },
+    Setup {
+        name: "tracked-client-bound-3",
+        mode: PoolMode::Transaction,
+        track: true,
+        pool_size: 1,
+        rules: Rules::transaction(true, 3).small(),
+        limits: Limits {
+            max_client_prepared: Some(3),
+            ..Limits::DEFAULT
+        },
     },
 ];
 
@@ -124,9 +157,37 @@ fn seeds() -> u64 {
         .unwrap_or(16)
 }
 
-/// The SQLSTATEs of every ErrorResponse the clients of `program` receive directly.
-fn direct_codes(program: &Program) -> Vec<String> {
-    let mut codes: Vec<String> = direct::run_program(program)
+/// What the clients of `s` must receive: the direct run of its program, or what its
+/// [`Expect`] says.
+fn expected(s: &Scenario, program: &Program) -> Vec<DirectRun> {
+    let Some(e) = &s.expect else {
+        return direct::run_program(program);
+    };
+    let mut runs = direct::run_program(&(e.direct)());
+    for f in runs.iter_mut().flat_map(|r| r.messages.iter_mut()) {
+        let code = (f.tag == backend::ERROR_RESPONSE_TAG)
+            .then(|| backend::parse_error(f.body()).ok())
+            .flatten()
+            .map(|e| e.code);
+        if let Some(&(_, to, message)) = e
+            .errors
+            .iter()
+            .find(|(from, ..)| Some(*from) == code.as_deref())
+        {
+            let mut b = BytesMut::new();
+            backend::error_response(&mut b, &crate::relay::error_fields(to, message.into()));
+            *f = frame::cut(&mut b, usize::MAX)
+                .ok()
+                .flatten()
+                .expect("an ErrorResponse just written");
+        }
+    }
+    runs
+}
+
+/// The SQLSTATEs of every ErrorResponse in `runs`.
+fn codes_of(runs: &[DirectRun]) -> Vec<String> {
+    let mut codes: Vec<String> = runs
         .iter()
         .flat_map(|run| run.messages.iter())
         .filter(|f| f.tag == backend::ERROR_RESPONSE_TAG)
@@ -143,7 +204,11 @@ pub fn run_scenario(s: &Scenario) -> Vec<String> {
     let mut failures = Vec::new();
     let mut want: Vec<String> = s.codes.iter().map(|c| c.to_string()).collect();
     want.sort();
-    let got = direct_codes(&program);
+    let options = Options {
+        expected: Some(expected(s, &program)),
+        pipelined_startup: s.pipelined_startup,
+    };
+    let got = codes_of(options.expected.as_deref().unwrap_or_default());
     if got != want {
         failures.push(format!(
             "{}: the direct run shows SQLSTATEs {got:?}, the scenario names {want:?}",
@@ -157,7 +222,7 @@ pub fn run_scenario(s: &Scenario) -> Vec<String> {
         };
         let mut shown = false;
         for seed in 0..seeds() {
-            let outcome = harness::run_report(setup, &program, seed)
+            let outcome = harness::run_with(setup, &program, seed, &options)
                 .map_err(|f| f.to_string())
                 .and_then(|r| {
                     shown |= s.some.is_some_and(|(_, holds)| holds(setup, &r));
@@ -166,9 +231,10 @@ pub fn run_scenario(s: &Scenario) -> Vec<String> {
             if let Err(why) = outcome {
                 failures.push(format!(
                     "scenario {} ({}), setup {name}, seed {seed}: {why}\nreplay: \
-                     DROID_SIM_SETUP={name} DROID_SIM_SEED={seed} DROID_SIM_PROGRAM='{program}' \
-                     DROID_SIM_TRACE=1 cargo test --lib sim::tests::replay -- --nocapture",
-                    s.name, s.origin
+                     DROID_SIM_SCENARIO={} DROID_SIM_SETUP={name} DROID_SIM_SEED={seed} \
+                     DROID_SIM_TRACE=1 cargo test --lib sim::scenarios::tests::replay_scenario \
+                     -- --nocapture\nprogram: {program}",
+                    s.name, s.origin, s.name
                 ));
                 break;
             }

@@ -134,6 +134,7 @@ pub const TABLE: &[Scenario] = &[
                     .iter()
                     .any(|n| servers_parsing(r, &renamed(0, &long_name(n))) == 2)
         })),
+        ..BASE
     },
     Scenario {
         name: "long_names_differing_at_their_end",

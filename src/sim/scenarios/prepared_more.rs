@@ -5,15 +5,15 @@
 use super::prepared::{TRACKED, TRACKED_ALL, TRACKED_TX};
 use super::{
     bind, client, close_s, describe_s, exec, fence, flush, never_sent, one, parse,
-    parsed_once_per_server, program, q, renamed, run, servers_parsing, simple, sync, Report,
-    Scenario, Setup, BASE,
+    parsed_once_per_server, program, q, renamed, run, servers_parsing, simple, sync, Expect,
+    Report, Scenario, Setup, BASE,
 };
 use crate::config::PoolMode;
 use crate::sim::program::{Msg, Program};
 
 /// No server held more named statements than the setup's bound.
 fn bounded(s: &Setup, r: &Report) -> Result<(), String> {
-    let max = s.max_prepared.unwrap_or(usize::MAX);
+    let max = s.limits.max_prepared.unwrap_or(usize::MAX);
     match r.servers.iter().position(|l| l.peak_prepared > max) {
         Some(i) => Err(format!(
             "server connection {i} held {} statements, bound {max}",
@@ -24,6 +24,26 @@ fn bounded(s: &Setup, r: &Report) -> Result<(), String> {
 }
 
 pub const TABLE: &[Scenario] = &[
+    Scenario {
+        name: "client_bound_53400_from_the_pooler",
+        origin: "prepared.rs::client_statements_are_bounded",
+        setups: &["tracked-client-bound-3"],
+        program: || client_bound("select 4"),
+        // Directly the fourth Parse succeeds; expected is a direct run where it fails (bad
+        // SQL), with the pooler's 53400 in place of that syntax error.
+        expect: Some(Expect {
+            direct: || client_bound("selec 4"),
+            errors: &[(
+                "42601",
+                "53400",
+                "too many prepared statements: the pooler keeps at most 3 per client \
+                 (pool.max_client_prepared_statements); close some before preparing \"s4\"",
+            )],
+        }),
+        codes: &["42P05", "53400"],
+        check: Some(|_, r| parsed_once_per_server(r, &renamed(0, "s4"))),
+        ..BASE
+    },
     Scenario {
         name: "pool_answers_sync_without_a_server",
         origin: "prepared.rs::pool_answers_sync_when_nothing_reached_a_server",
@@ -191,7 +211,7 @@ pub const TABLE: &[Scenario] = &[
                 || s.mode == PoolMode::Session
                 || (0..2).all(|c| servers_parsing(r, &renamed(c, "p")) == 2)
         })),
-        codes: &[],
+        ..BASE
     },
     Scenario {
         name: "eviction_keeps_servers_bounded",
@@ -468,4 +488,20 @@ fn statement_tracking() -> Program {
         client(writes)
     };
     program(vec![c(0), c(1)])
+}
+
+/// `client_statements_are_bounded`: the fourth name of a client bounded to three.
+fn client_bound(s4: &'static str) -> Program {
+    one(vec![
+        fence(vec![parse("s1", "select 1")]),
+        fence(vec![parse("s2", "select 1")]),
+        fence(vec![parse("s3", "select 1")]),
+        fence(vec![parse("s4", s4), bind("s4", &[]), exec()]),
+        fence(vec![parse("s1", "select 1")]),
+        simple("begin"),
+        fence(vec![parse("s4", s4)]),
+        simple("rollback"),
+        fence(run("s2", &[])),
+        fence(vec![close_s("s3"), parse("s4", "select 4")]),
+    ])
 }
