@@ -8,11 +8,14 @@
 //! [`coverage`] maps every test of those two files to its scenarios or to why only a real
 //! PostgreSQL can show it.
 
+mod answers;
+mod bounds;
 mod build;
+mod clearing;
 mod core;
+mod core_pool;
 pub mod coverage;
 mod prepared;
-mod prepared_more;
 
 use super::direct;
 use super::harness::{self, Limits, Options, Report, Setup};
@@ -141,12 +144,19 @@ pub fn setup(name: &str) -> Option<&'static Setup> {
         .find(|s| s.name == name)
 }
 
+/// The tables, by file.
+pub const TABLES: &[(&str, &[Scenario])] = &[
+    ("prepared", prepared::TABLE),
+    ("answers", answers::TABLE),
+    ("clearing", clearing::TABLE),
+    ("bounds", bounds::TABLE),
+    ("core", core::TABLE),
+    ("core_pool", core_pool::TABLE),
+];
+
 /// Every scenario.
 pub fn all() -> impl Iterator<Item = &'static Scenario> {
-    prepared::TABLE
-        .iter()
-        .chain(prepared_more::TABLE)
-        .chain(core::TABLE)
+    TABLES.iter().flat_map(|(_, t)| t.iter())
 }
 
 /// How many seeds each scenario runs under per setup (`DROID_SIM_SCENARIO_SEEDS`).

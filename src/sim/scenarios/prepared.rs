@@ -1,25 +1,25 @@
-//! tests/it/prepared.rs, the contract's checklist and its rules one by one: a client's named
-//! statements renamed per client on the servers, replayed where missing, and what the pooler
-//! answers itself (26000, 42P05, CloseComplete) in its place in the pipeline.
+//! tests/it/prepared.rs, the contract's checklist: a client's named statements renamed
+//! `p<c>_<name>` on the servers, replayed where missing and never where present, as clients
+//! move between servers.
 
 use super::{
-    bind, bind_portal, client, close_s, describe_p, describe_s, exec, fence, flush, never_sent,
-    one, parse, parsed_once_per_server, program, q, renamed, run, servers_parsing, simple, sync,
-    Report, Scenario, Setup, BASE,
+    bind, client, close_s, describe_p, describe_s, exec, fence, flush, never_sent, one, parse,
+    parsed_once_per_server, program, q, renamed, run, servers_parsing, simple, sync, Report,
+    Scenario, Setup, BASE,
 };
 use crate::config::PoolMode;
 use crate::sim::program::{Msg, Program};
 
 /// Transaction mode with tracking, a pool of two and of one.
-pub const TRACKED: &[&str] = &["transaction-tracked", "transaction-tracked-pool-1"];
+pub(super) const TRACKED: &[&str] = &["transaction-tracked", "transaction-tracked-pool-1"];
 /// Those and statement mode with tracking (no transaction blocks in the program).
-pub const TRACKED_ALL: &[&str] = &[
+pub(super) const TRACKED_ALL: &[&str] = &[
     "transaction-tracked",
     "transaction-tracked-pool-1",
     "statement-tracked",
 ];
 /// Transaction mode with tracking, and session mode with tracking.
-pub const TRACKED_TX: &[&str] = &[
+pub(super) const TRACKED_TX: &[&str] = &[
     "transaction-tracked",
     "transaction-tracked-pool-1",
     "session-tracked",
@@ -27,7 +27,7 @@ pub const TRACKED_TX: &[&str] = &[
 
 /// Whether the pooler tracks statements in `s` (answering for them itself); in session mode
 /// it passes them through.
-fn pooler_answers(s: &Setup) -> bool {
+pub(super) fn pooler_answers(s: &Setup) -> bool {
     s.track && s.mode != PoolMode::Session
 }
 
@@ -182,143 +182,50 @@ pub const TABLE: &[Scenario] = &[
         ..BASE
     },
     Scenario {
-        name: "unknown_name_26000_from_the_pooler",
-        origin: "prepared.rs::unknown_name_gets_26000_from_the_pooler",
-        setups: TRACKED_TX,
-        program: unknown_name,
-        codes: &["26000"],
-        check: Some(|s, r| {
-            if !pooler_answers(s) {
-                return Ok(());
-            }
-            never_sent(r, |m| match m {
-                Msg::Bind(_, s, _) | Msg::Describe('S', s) => s.ends_with("nope"),
-                _ => false,
-            })
-        }),
-        ..BASE
-    },
-    Scenario {
-        name: "pooler_error_fails_the_transaction",
-        origin: "prepared.rs::pooler_error_inside_a_transaction_fails_it",
-        setups: TRACKED_TX,
+        name: "describe_statement_replays",
+        origin: "prepared.rs::describe_statement_replays",
+        setups: TRACKED,
         program: || {
-            one(vec![
-                fence(vec![
-                    q("begin"),
-                    q("insert into diff_t0 values (1)"),
-                    bind("nope", &[]),
-                    exec(),
-                    sync(),
-                    q("commit"),
+            program(vec![
+                client(vec![
+                    fence(vec![parse("p", "select $1::int4, 'y', $2::int8")]),
+                    fence(vec![describe_s("p")]),
+                    fence(run("p", &["1", "2"])),
                 ]),
-                simple("select count(*) from diff_t0"),
+                client(vec![simple("begin"), simple("commit")]),
             ])
         },
-        codes: &["26000"],
+        check: Some(|_, r| parsed_once_per_server(r, &renamed(0, "p"))),
+        some: Some(("p replayed on the second server", |s, r| {
+            s.pool_size < 2 || servers_parsing(r, &renamed(0, "p")) == 2
+        })),
         ..BASE
     },
     Scenario {
-        name: "close_statement_not_forwarded_close_portal_is",
-        origin: "prepared.rs::close_is_answered_by_the_pooler_and_forwards_nothing",
-        setups: TRACKED_TX,
-        program: close_not_forwarded,
-        codes: &["26000", "34000"],
-        check: Some(|s, r| {
-            if !pooler_answers(s) {
-                return Ok(());
+        name: "two_clients_same_name_moving_between_servers",
+        origin: "prepared.rs::statements_follow_clients_across_servers",
+        setups: &[
+            "transaction-tracked",
+            "transaction-tracked-pool-1",
+            "session-tracked",
+        ],
+        program: follow_clients,
+        check: Some(|_, r| {
+            for c in 0..2 {
+                let name = renamed(c, "p");
+                parsed_once_per_server(r, &name)?;
+                let own = format!("select 'client{}', $1::text", c + 1);
+                if r.parses_of(&name).iter().any(|(_, sql)| *sql != own) {
+                    return Err(format!("{name} parsed with another client's text"));
+                }
             }
-            never_sent(r, |m| matches!(m, Msg::Close('S', _)))?;
-            let portal = r
-                .sent()
-                .iter()
-                .any(|(_, m)| *m == Msg::Close('P', "po".into()));
-            portal
-                .then_some(())
-                .ok_or_else(|| "the portal's Close did not reach the server".into())
+            Ok(())
         }),
-        ..BASE
-    },
-    Scenario {
-        name: "duplicate_parse_42p05_from_the_pooler",
-        origin: "prepared.rs::duplicate_parse_gets_42p05_from_the_pooler",
-        setups: &[
-            "transaction-tracked",
-            "transaction-tracked-pool-1",
-            "statement-tracked",
-            "session-tracked",
-        ],
-        program: duplicate_parse,
-        codes: &["42P05"],
-        check: Some(|s, r| {
-            if !pooler_answers(s) {
-                return Ok(());
-            }
-            never_sent(
-                r,
-                |m| matches!(m, Msg::Parse(_, sql) if sql.contains("two") || sql.contains("q2")),
-            )
-        }),
-        ..BASE
-    },
-    Scenario {
-        name: "statement_kept_from_its_forwarded_parse",
-        origin: "prepared.rs::statement_is_kept_from_its_forwarded_parse",
-        setups: TRACKED_ALL,
-        program: || {
-            one(vec![fence(vec![
-                parse("a", "select $1::text"),
-                bind("a", &["hi"]),
-                describe_p(""),
-                exec(),
-                parse("b", "select 2"),
-                describe_s("b"),
-                bind("b", &[]),
-                exec(),
-            ])])
-        },
-        ..BASE
-    },
-    Scenario {
-        name: "parse_rejected_by_the_server_is_dropped",
-        origin: "prepared.rs::parse_rejected_by_the_server_is_dropped",
-        setups: &[
-            "transaction-tracked",
-            "transaction-tracked-pool-1",
-            "statement-tracked",
-            "session-tracked",
-        ],
-        program: parse_rejected,
-        codes: &["26000", "42601", "42P01"],
-        ..BASE
-    },
-    Scenario {
-        name: "reparse_after_rejected_parse_pipelined",
-        origin: "prepared.rs::reparse_after_rejected_parse_in_one_pipeline",
-        setups: &[
-            "transaction-tracked",
-            "transaction-tracked-pool-1",
-            "statement-tracked",
-            "session-tracked",
-        ],
-        program: || {
-            one(vec![fence(vec![
-                parse("r", "selec 1"),
-                sync(),
-                parse("r", "select 12"),
-                bind("r", &[]),
-                exec(),
-            ])])
-        },
-        codes: &["42601"],
-        ..BASE
-    },
-    Scenario {
-        name: "pooler_answers_in_pipeline_order",
-        origin: "prepared.rs::pooler_answers_keep_their_order_in_a_pipeline",
-        setups: TRACKED_ALL,
-        program: pooler_answer_order,
-        codes: &["26000", "42P05"],
+        some: Some(("each client's p on both servers", |s, r| {
+            s.pool_size < 2
+                || s.mode == PoolMode::Session
+                || (0..2).all(|c| servers_parsing(r, &renamed(c, "p")) == 2)
+        })),
         ..BASE
     },
 ];
@@ -464,107 +371,30 @@ fn no_replay_same_server() -> Program {
     one(writes)
 }
 
-fn unknown_name() -> Program {
-    one(vec![
-        fence(run("nope", &[])),
-        fence(vec![describe_s("nope")]),
-        fence(vec![
-            bind("nope", &[]),
-            parse("q", "select 'q'"),
-            bind("q", &[]),
-            exec(),
-            sync(),
-            q("select 'next'"),
-        ]),
-        fence(run("q", &[])),
-        fence(vec![parse("q", "select 'q'"), bind("q", &[]), exec()]),
-        simple("begin"),
-        fence(vec![bind("q", &[]), exec(), bind("nope", &[]), exec()]),
-        simple("rollback"),
-        simple("select 1"),
-    ])
-}
-
-fn close_not_forwarded() -> Program {
-    one(vec![
-        fence(vec![parse("p", "select 'p'")]),
-        simple("begin"),
-        fence(vec![close_s("p")]),
-        fence(run("p", &[])),
-        simple("rollback"),
-        fence(vec![close_s("never")]),
-        fence(vec![parse("q", "select 'q'")]),
-        simple("begin"),
-        fence(vec![
-            bind_portal("po", "q", &[]),
-            Msg::Close('P', "po".into()),
-            Msg::Execute("po".into(), 0),
-        ]),
-        simple("rollback"),
-    ])
-}
-
-fn duplicate_parse() -> Program {
-    one(vec![
-        fence(vec![parse("p", "select 'one'")]),
-        fence(vec![parse("p", "select 'two'"), bind("p", &[]), exec()]),
-        fence(run("p", &[])),
-        fence(vec![
-            parse("q", "select 'q1'"),
-            parse("q", "select 'q2'"),
-            bind("q", &[]),
-            exec(),
-        ]),
-        fence(run("q", &[])),
-        simple("select 'usable'"),
-    ])
-}
-
-fn parse_rejected() -> Program {
-    one(vec![
-        fence(vec![parse("bad", "selec 1")]),
-        fence(run("bad", &[])),
-        fence(vec![parse("bad", "select 11"), bind("bad", &[]), exec()]),
-        fence(vec![
-            parse("bad2", "select n from no_such_table_prep"),
-            bind("bad2", &[]),
-            exec(),
-        ]),
-        fence(vec![describe_s("bad2")]),
-        fence(vec![parse("bad2", "select 12"), bind("bad2", &[]), exec()]),
-        fence(vec![parse("", "selec"), parse("skipped", "select 13")]),
-        fence(vec![
-            parse("skipped", "select 13"),
-            bind("skipped", &[]),
-            exec(),
-        ]),
-    ])
-}
-
-fn pooler_answer_order() -> Program {
-    one(vec![
-        fence(vec![parse("a", "select 'a'"), parse("b", "select 'b'")]),
-        fence(vec![
-            bind("a", &[]),
-            exec(),
-            close_s("b"),
-            parse("c", "select 'c'"),
-            bind("c", &[]),
-            exec(),
-            parse("a", "select 'dup'"),
-            bind("c", &[]),
-            exec(),
-            sync(),
-            describe_s("b"),
-            sync(),
-            bind("a", &[]),
-            exec(),
-            close_s("c"),
-            sync(),
-            q("select 'q'"),
-        ]),
-        fence(vec![parse("d", "select 'd'")]),
-        flush(vec![bind("a", &[]), exec(), close_s("d")]),
-        fence(vec![]),
-    ])
+fn follow_clients() -> Program {
+    let c = |i: usize| {
+        let mut writes = vec![fence(vec![parse(
+            "p",
+            &format!("select 'client{}', $1::text", i + 1),
+        )])];
+        for round in 0..8 {
+            if i == 0 && round % 2 == 1 {
+                writes.push(simple("select 1"));
+            }
+            let v = round.to_string();
+            writes.push(if round % 3 == 0 {
+                fence(vec![
+                    q("begin"),
+                    bind("p", &[&v]),
+                    exec(),
+                    sync(),
+                    q("commit"),
+                ])
+            } else {
+                fence(run("p", &[&v]))
+            });
+        }
+        client(writes)
+    };
+    program(vec![c(0), c(1)])
 }

@@ -1,7 +1,7 @@
 //! The scenario tables in `cargo test` (`DROID_SIM_SCENARIO_SEEDS` seeds per setup), one test
 //! per table so they run side by side.
 
-use super::{core, prepared, prepared_more, run_table};
+use super::{answers, bounds, clearing, core, core_pool, prepared, run_table};
 
 #[test]
 fn prepared_scenarios_agree_with_the_model() {
@@ -9,13 +9,28 @@ fn prepared_scenarios_agree_with_the_model() {
 }
 
 #[test]
-fn more_prepared_scenarios_agree_with_the_model() {
-    run_table(prepared_more::TABLE);
+fn answer_scenarios_agree_with_the_model() {
+    run_table(answers::TABLE);
+}
+
+#[test]
+fn clearing_scenarios_agree_with_the_model() {
+    run_table(clearing::TABLE);
+}
+
+#[test]
+fn bound_scenarios_agree_with_the_model() {
+    run_table(bounds::TABLE);
 }
 
 #[test]
 fn core_scenarios_agree_with_the_model() {
     run_table(core::TABLE);
+}
+
+#[test]
+fn core_pool_scenarios_agree_with_the_model() {
+    run_table(core_pool::TABLE);
 }
 
 /// Runs one scenario (`DROID_SIM_SCENARIO`, its name) alone, or with `DROID_SIM_SETUP` and
