@@ -7,6 +7,10 @@
 //!
 //! [`coverage`] maps every test of those two files to its scenarios or to why only a real
 //! PostgreSQL can show it.
+//!
+//! A failure names the scenario, setup and seed, and how to replay it with a trace:
+//! `DROID_SIM_SCENARIO=.. DROID_SIM_SETUP=.. DROID_SIM_SEED=.. DROID_SIM_TRACE=1 cargo test
+//! --lib sim::scenarios::tests::replay_scenario -- --nocapture`.
 
 mod answers;
 mod bounds;
@@ -195,6 +199,14 @@ fn expected(s: &Scenario, program: &Program) -> Vec<DirectRun> {
     runs
 }
 
+/// How `s` runs: against what it expects, the first writes behind the startup or not.
+pub fn options(s: &Scenario, program: &Program) -> Options {
+    Options {
+        expected: Some(expected(s, program)),
+        pipelined_startup: s.pipelined_startup,
+    }
+}
+
 /// The SQLSTATEs of every ErrorResponse in `runs`.
 fn codes_of(runs: &[DirectRun]) -> Vec<String> {
     let mut codes: Vec<String> = runs
@@ -214,10 +226,7 @@ pub fn run_scenario(s: &Scenario) -> Vec<String> {
     let mut failures = Vec::new();
     let mut want: Vec<String> = s.codes.iter().map(|c| c.to_string()).collect();
     want.sort();
-    let options = Options {
-        expected: Some(expected(s, &program)),
-        pipelined_startup: s.pipelined_startup,
-    };
+    let options = options(s, &program);
     let got = codes_of(options.expected.as_deref().unwrap_or_default());
     if got != want {
         failures.push(format!(

@@ -56,8 +56,9 @@ fn replay_scenario() {
     };
     let setup = super::setup(&setup).expect("a setup");
     let seed = seed.parse().expect("a number");
-    let report =
-        crate::sim::harness::run_report(setup, &program, seed).unwrap_or_else(|f| panic!("{f}"));
+    let options = super::options(s, &program);
+    let report = crate::sim::harness::run_with(setup, &program, seed, &options)
+        .unwrap_or_else(|f| panic!("{f}"));
     if let Some(check) = s.check {
         check(setup, &report).unwrap_or_else(|e| panic!("{e}"));
     }
