@@ -102,7 +102,6 @@ pub fn parsed_once_per_server(r: &Report, name: &str) -> Result<(), String> {
 /// The number of server connections that were sent a Parse of `name`.
 pub fn servers_parsing(r: &Report, name: &str) -> usize {
     let mut conns: Vec<usize> = r.parses_of(name).into_iter().map(|(s, _)| s).collect();
-    conns.dedup();
     conns.sort();
     conns.dedup();
     conns.len()
