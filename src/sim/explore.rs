@@ -63,7 +63,7 @@ pub fn found(setup: &Setup, seed: u64, program: &Program, failure: Failure) -> F
     }
 }
 
-/// The setup named `name`.
+/// The setup named `name`, of [`harness::SETUPS`] or the scenarios' own.
 pub fn setup(name: &str) -> Option<&'static Setup> {
-    harness::SETUPS.iter().find(|s| s.name == name)
+    super::scenarios::setup(name)
 }

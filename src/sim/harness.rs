@@ -16,6 +16,10 @@ use bytes::BytesMut;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod report;
+
+pub use report::{Report, ServerLog};
+
 use super::direct::{self, DirectRun};
 use super::model::{ModelDb, ModelServer};
 use super::program::{ClientProgram, End, Program, Rules};
@@ -36,6 +40,35 @@ pub struct Setup {
     pub track: bool,
     pub pool_size: usize,
     pub rules: Rules,
+    pub limits: Limits,
+}
+
+/// The pool's statement bounds (`None`: the default), low for scenarios of eviction and of
+/// the per-client bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `pool.max_prepared_statements`.
+    pub max_prepared: Option<usize>,
+    /// `pool.max_client_prepared_statements`.
+    pub max_client_prepared: Option<usize>,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits {
+        max_prepared: None,
+        max_client_prepared: None,
+    };
+}
+
+/// How a run departs from the plain one ([`run_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// What the clients must receive, where the pooler answers by design otherwise than the
+    /// direct run (`None`: the direct run).
+    pub expected: Option<Vec<DirectRun>>,
+    /// Each client's first write comes with its startup packet: the relay starts with it
+    /// buffered (its `leftover`) and runs it before the client writes anything more.
+    pub pipelined_startup: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -46,6 +79,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::session(3).small(),
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction",
@@ -53,6 +87,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::transaction(false, 3).small(),
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction-tracked",
@@ -60,6 +95,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "transaction-tracked-pool-1",
@@ -67,6 +103,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 1,
         rules: Rules::transaction(true, 3).small(),
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "statement",
@@ -74,6 +111,7 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 2,
         rules: Rules::statement(false, 3).small(),
+        limits: Limits::DEFAULT,
     },
     Setup {
         name: "statement-tracked",
@@ -81,6 +119,7 @@ pub const SETUPS: &[Setup] = &[
         track: true,
         pool_size: 2,
         rules: Rules::statement(true, 3).small(),
+        limits: Limits::DEFAULT,
     },
 ];
 
@@ -156,6 +195,8 @@ struct SimServer {
     to_model: BytesMut,
     from_model: BytesMut,
     holder: Option<usize>,
+    /// Which server connection of the run this is ([`Report::servers`]).
+    conn: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +244,8 @@ pub struct Sim<'p> {
     steps: u64,
     /// Prints every message between pooler and servers (`DROID_SIM_TRACE`, for replays).
     trace: bool,
+    /// What each server connection of the run was sent, and the most statements it held.
+    traffic: Vec<ServerLog>,
 }
 
 /// The messages in `bytes`, one line each (tag and the start of the body), for traces.
@@ -234,13 +277,35 @@ const MAX_STEPS: u64 = 200_000;
 
 /// Runs `program` through `setup` with the schedule of `seed`.
 pub fn run(setup: &Setup, program: &Program, seed: u64) -> Result<Stats, Failure> {
-    let expected = direct::run_program(program);
+    run_report(setup, program, seed).map(|r| r.stats)
+}
+
+/// [`run`], and what the servers were sent, for checks beyond agreement with the direct run.
+pub fn run_report(setup: &Setup, program: &Program, seed: u64) -> Result<Report, Failure> {
+    run_with(setup, program, seed, &Options::default())
+}
+
+/// [`run_report`] with `options`.
+pub fn run_with(
+    setup: &Setup,
+    program: &Program,
+    seed: u64,
+    options: &Options,
+) -> Result<Report, Failure> {
+    let expected = match &options.expected {
+        Some(e) => e.clone(),
+        None => direct::run_program(program),
+    };
     let mut sim = Sim::new(setup, program, expected, seed);
+    if options.pipelined_startup {
+        sim.startup_pipelined()?;
+    }
     sim.run()?;
-    Ok(Stats {
+    let stats = Stats {
         steps: sim.steps,
         clients: program.clients.len() as u64,
-    })
+    };
+    Ok(Report::new(stats, std::mem::take(&mut sim.traffic)))
 }
 
 impl<'p> Sim<'p> {
@@ -248,6 +313,12 @@ impl<'p> Sim<'p> {
         let mut cfg = Config::default();
         cfg.pool.track_prepared = setup.track;
         cfg.pool.size = setup.pool_size;
+        if let Some(max) = setup.limits.max_prepared {
+            cfg.pool.max_prepared_statements = max;
+        }
+        if let Some(max) = setup.limits.max_client_prepared {
+            cfg.pool.max_client_prepared_statements = max;
+        }
         // Small buffers, so that large values go through the pieces path.
         cfg.client.buffer_size = 8 * 1024;
         let policy = Policy::new(&cfg, setup.mode);
@@ -293,7 +364,21 @@ impl<'p> Sim<'p> {
             clients,
             steps: 0,
             trace: std::env::var_os("DROID_SIM_TRACE").is_some(),
+            traffic: Vec::new(),
         }
+    }
+
+    /// Each client's first write becomes what its relay was made with, as the session task
+    /// hands the relay what the client sent behind its startup packet; the relay runs it first.
+    fn startup_pipelined(&mut self) -> Result<(), Failure> {
+        for c in 0..self.clients.len() {
+            self.client_writes(c)?;
+            let cl = &mut self.clients[c];
+            let first = cl.outbox.split();
+            cl.relay.client_in().extend_from_slice(&first);
+            self.resume.push(c);
+        }
+        Ok(())
     }
 
     fn run(&mut self) -> Result<(), Failure> {
@@ -366,6 +451,7 @@ impl<'p> Sim<'p> {
                 let bytes = srv.to_model.split_to(n);
                 let before = srv.from_model.len();
                 srv.model.feed(&mut self.db, &bytes, &mut srv.from_model);
+                self.traffic[srv.conn].note(&bytes, srv.model.prepared_names().count());
                 if self.trace && srv.from_model.len() > before {
                     eprintln!("server {s} answers:{}", describe(&srv.from_model[before..]));
                 }
@@ -647,12 +733,14 @@ impl<'p> Sim<'p> {
                 let id = self.servers.len();
                 let mut state = ServerState::new();
                 state.id = id as u64 + 1;
+                self.traffic.push(ServerLog::default());
                 self.servers.push(SimServer {
                     state,
                     model: ModelServer::new(1000 + id as i32),
                     to_model: BytesMut::new(),
                     from_model: BytesMut::new(),
                     holder: None,
+                    conn: self.traffic.len() - 1,
                 });
                 id
             }
@@ -710,6 +798,8 @@ impl<'p> Sim<'p> {
         let mut q = BytesMut::new();
         frontend::query(&mut q, "DISCARD ALL");
         srv.model.feed(&mut self.db, &q, &mut out);
+        self.traffic[srv.conn].note(&pending, 0);
+        self.traffic[srv.conn].note(&q, 0);
         srv.state.statements.clear();
         srv.state.applied = Default::default();
     }
@@ -719,6 +809,8 @@ impl<'p> Sim<'p> {
         let srv = &mut self.servers[s];
         srv.model.disconnect(&mut self.db);
         srv.model = ModelServer::new(2000 + s as i32);
+        self.traffic.push(ServerLog::default());
+        srv.conn = self.traffic.len() - 1;
         srv.state = ServerState::new();
         srv.state.id = s as u64 + 1;
         srv.to_model.clear();

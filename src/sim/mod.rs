@@ -19,6 +19,7 @@ pub mod explore;
 pub mod harness;
 pub mod model;
 pub mod program;
+pub mod scenarios;
 
 #[cfg(test)]
 mod tests;
