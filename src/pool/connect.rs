@@ -5,7 +5,10 @@
 //! exponential backoff and full jitter while clients still wait and the shared retry budget
 //! allows (a refused retry counts as overflow); at most `max_connecting` logins are in flight
 //! per pool. Wrong credentials or an unknown database are never retried. While clients are
-//! held (`failover.hold_timeout`), the login goes on within the breakers until one fits.
+//! held (`failover.hold_timeout`), the login goes on within the breakers until one fits; a
+//! standby it reached is kept open and asked again at each recheck rather than logged in to
+//! anew (a promoted standby keeps its sessions, and they take writes), so a promotion costs
+//! the new primary no extra logins.
 
 use std::time::{Duration, Instant};
 
@@ -49,11 +52,22 @@ pub(super) enum Failure {
     NoFit(String),
 }
 
-/// One host's state within one login loop: its backoff, and its last failure.
+/// One host's state within one login loop: its backoff, its last failure, and the standby
+/// kept while held.
 struct HostTry {
     backoff: Backoff,
     not_before: Option<Instant>,
     error: Option<ServerError>,
+    kept: Option<ServerConn>,
+}
+
+impl Drop for HostTry {
+    fn drop(&mut self) {
+        // The loop ended (a server found, or given up): the standby it kept is closed politely.
+        if let (Some(conn), Ok(rt)) = (self.kept.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(super::terminate(Box::new(conn)));
+        }
+    }
 }
 
 /// What one pass over the hosts found, when nothing fit.
@@ -149,6 +163,7 @@ impl Pool {
                 backoff: backoff.clone(),
                 not_before: None,
                 error: None,
+                kept: None,
             })
             .collect();
         let mut topology = b.hosts.topology().subscribe();
@@ -214,6 +229,16 @@ impl Pool {
                 round.misfits.push(misfit(host, host.record.role()));
                 continue;
             }
+            if let Some(conn) = tries[i].kept.take() {
+                if let Some((conn, role)) = self.ask_again(host, conn).await {
+                    let rest = &order[pos + 1..];
+                    let keep = Some(&mut tries[i].kept);
+                    if let Some(conn) = settle(route, rest, host, conn, role, round, keep) {
+                        return Ok(Some(conn));
+                    }
+                    continue;
+                }
+            }
             let permit = match host.breaker.try_acquire(now) {
                 Admission::Allowed(p) | Admission::Probe(p) => p,
                 Admission::Rejected { retry_after } => {
@@ -237,7 +262,9 @@ impl Pool {
                     tries[i].backoff.reset();
                     tries[i].error = None;
                     let rest = &order[pos + 1..];
-                    if let Some(conn) = settle(route, rest, host, conn, role, round) {
+                    let keep =
+                        (!self.settings().hold_timeout.is_zero()).then_some(&mut tries[i].kept);
+                    if let Some(conn) = settle(route, rest, host, conn, role, round, keep) {
                         return Ok(Some(conn));
                     }
                 }
@@ -291,6 +318,23 @@ impl Pool {
         conn.host = Some(host.record.clone());
         conn.fit_epoch = self.inner.backend.hosts.topology().epoch();
         Ok((conn, role))
+    }
+
+    /// Asks a kept standby its role again; `None` when the connection is lost (a login
+    /// follows).
+    async fn ask_again(
+        &self,
+        host: &Host,
+        mut conn: ServerConn,
+    ) -> Option<(ServerConn, Option<Role>)> {
+        let limit = self.inner.target.connect_timeout;
+        let role = tokio::time::timeout(limit, server::ask_role(&mut conn))
+            .await
+            .ok()?
+            .ok()?;
+        host.record.learned(role, Instant::now());
+        conn.fit_epoch = self.inner.backend.hosts.topology().epoch();
+        Some((conn, Some(role)))
     }
 
     /// What a login that gives up reports: the breakers' Retry-After when every host's is
@@ -364,8 +408,9 @@ impl Pool {
 }
 
 /// What a login that succeeded leads to: the connection to use, or `None` (try the next
-/// host) when it did not fit (it is closed) or is a primary kept as prefer-standby's fallback
-/// while hosts that may be standbys are left (`rest`: the positions still to try).
+/// host) when it did not fit (it is closed, or a standby put in `keep` when given) or is a
+/// primary kept as prefer-standby's fallback while hosts that may be standbys are left
+/// (`rest`: the positions still to try).
 fn settle(
     route: &Route,
     rest: &[usize],
@@ -373,11 +418,17 @@ fn settle(
     conn: ServerConn,
     role: Option<Role>,
     round: &mut Round,
+    keep: Option<&mut Option<ServerConn>>,
 ) -> Option<ServerConn> {
     let tsa = route.tsa();
     if role.is_some_and(|r| !r.fits(tsa)) {
         round.misfits.push(misfit(host, role));
-        tokio::spawn(super::terminate(Box::new(conn)));
+        match keep {
+            Some(slot) if role.is_some_and(|r| r.standby) => *slot = Some(conn),
+            _ => {
+                tokio::spawn(super::terminate(Box::new(conn)));
+            }
+        }
         return None;
     }
     let standby = role.is_some_and(|r| r.standby);

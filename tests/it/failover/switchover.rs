@@ -124,13 +124,27 @@ async fn switch(pair: &mut Pair, writers: &Writers, gap: Duration) -> (Instant, 
     (stopped, promoting, promoted)
 }
 
-/// Runs one switchover with `extra` pooler settings; returns the writers' outcomes and the
-/// three instants of [`switch`].
-async fn run_switchover(extra: &str) -> (Vec<Outcome>, Instant, Instant, Instant, Pooler) {
+/// What one switchover run saw.
+struct Run {
+    outcomes: Vec<Outcome>,
+    stopped: Instant,
+    promoting: Instant,
+    promoted: Instant,
+    pooler: Pooler,
+    /// The pooler's logins at the standby (the new primary) from the stop until every writer
+    /// wrote again and a second more, from its `log_connections` lines.
+    standby_logins: usize,
+}
+
+/// Runs one switchover with `extra` pooler settings.
+async fn run_switchover(extra: &str) -> Run {
     let mut pair = shared_pair().lock().await;
     block_in_place(|| {
         pair.primary()
-            .psql("create table if not exists failover_writes(writer int)")
+            .psql("create table if not exists failover_writes(writer int)");
+        let standby = pair.standby();
+        standby.psql("alter system set log_connections = on");
+        standby.psql("select pg_reload_conf()");
     });
     let (p, s) = (pair.primary().port, pair.standby().port);
     let yaml = hosts_yaml(
@@ -140,13 +154,29 @@ async fn run_switchover(extra: &str) -> (Vec<Outcome>, Instant, Instant, Instant
     let pooler = block_in_place(|| Pooler::start_with_hosts(&yaml));
     let writers = Writers::start(&pooler).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = pair.standby().log_path();
+    let from = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
     let (stopped, promoting, promoted) = switch(&mut pair, &writers, Duration::from_secs(1)).await;
     writers
         .wait_all_ok_after(promoted, Duration::from_secs(10))
         .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let outcomes = writers.finish().await;
+    let text = std::fs::read(&log).expect("the standby's log");
+    let login = format!("connection authorized: user={USER} ");
+    let standby_logins = String::from_utf8_lossy(&text[from.min(text.len())..])
+        .lines()
+        .filter(|l| l.contains(&login))
+        .count();
     block_in_place(|| pair.rebuild_standby());
-    (outcomes, stopped, promoting, promoted, pooler)
+    Run {
+        outcomes,
+        stopped,
+        promoting,
+        promoted,
+        pooler,
+        standby_logins,
+    }
 }
 
 /// The first write that succeeded after the stop: never before the promotion began (one
@@ -182,30 +212,42 @@ fn check_resumed(outcomes: &[Outcome], stopped: Instant, promoting: Instant, pro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchover_without_hold_writes_resume_within_a_second() {
-    let (outcomes, stopped, promoting, promoted, pooler) = run_switchover("").await;
-    check_resumed(&outcomes, stopped, promoting, promoted);
-    let errors: Vec<&String> = outcomes.iter().filter_map(|o| o.error.as_ref()).collect();
+    let r = run_switchover("").await;
+    check_resumed(&r.outcomes, r.stopped, r.promoting, r.promoted);
+    let errors: Vec<&String> = r.outcomes.iter().filter_map(|o| o.error.as_ref()).collect();
     // Between the stop and the promotion there is no primary: the pooler says so, 57P03.
     assert!(!errors.is_empty(), "no primary for a second, yet no error");
     let other: Vec<&&String> = errors.iter().filter(|c| **c != "57P03").take(10).collect();
     assert!(other.is_empty(), "errors other than 57P03: {other:?}");
     let new_primary = "[POOL] host 127.0.0.1:";
     assert!(
-        pooler
+        r.pooler
             .lines()
             .iter()
             .any(|l| l.starts_with(new_primary) && l.ends_with("is primary (was standby)")),
         "{:?}",
-        pooler.lines()
+        r.pooler.lines()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchover_with_hold_no_client_sees_an_error() {
-    let (outcomes, stopped, promoting, promoted, _pooler) =
-        run_switchover("failover:\n  hold_timeout: 10s\n").await;
-    check_resumed(&outcomes, stopped, promoting, promoted);
-    let errors: Vec<(usize, &String)> = outcomes
+    let r = run_switchover(&format!(
+        "pool:\n  size: {WRITERS}\nfailover:\n  hold_timeout: 10s\n"
+    ))
+    .await;
+    check_resumed(&r.outcomes, r.stopped, r.promoting, r.promoted);
+    eprintln!("{} logins at the standby", r.standby_logins);
+    // The held logins keep the standby they reach and ask it again until it is promoted, so
+    // the new primary sees no more logins than the pool has servers (a login per recheck
+    // would be several per second of the gap).
+    assert!(
+        r.standby_logins <= WRITERS,
+        "{} logins at the standby for a pool of {WRITERS}",
+        r.standby_logins
+    );
+    let errors: Vec<(usize, &String)> = r
+        .outcomes
         .iter()
         .filter_map(|o| Some((o.writer, o.error.as_ref()?)))
         .collect();
