@@ -203,6 +203,14 @@ struct ServerCopy {
     added: u64,
 }
 
+/// A server's copy of a statement as a Close still owed found it: which statement, and when
+/// it was made there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub id: u64,
+    added: u64,
+}
+
 /// What one server connection holds: server name → copy, for LRU bounds.
 #[derive(Debug, Default)]
 pub struct ServerStatements {
@@ -257,6 +265,30 @@ impl ServerStatements {
             id,
             used: self.tick,
             added: self.tick,
+        };
+        self.map.insert(server_name, c);
+    }
+
+    /// The copy under this name, if any, as [`ServerStatements::restore`] takes it back.
+    pub fn held(&self, server_name: &[u8]) -> Option<Held> {
+        self.map.get(server_name).map(|c| Held {
+            id: c.id,
+            added: c.added,
+        })
+    }
+
+    /// Brings back a copy a skipped Close was to remove, as old as it was: a DEALLOCATE ALL
+    /// sent after the Close still drops it.
+    pub fn restore(&mut self, server_name: Bytes, held: Held) {
+        if !self.lost.is_empty() {
+            self.lost
+                .retain(|(n, i)| !(*i == held.id && n.as_ref() == server_name.as_ref()));
+        }
+        self.tick += 1;
+        let c = ServerCopy {
+            id: held.id,
+            used: self.tick,
+            added: held.added,
         };
         self.map.insert(server_name, c);
     }

@@ -24,6 +24,11 @@ impl Relay {
         mut srv: Option<&mut ServerState>,
         io: &mut I,
     ) -> Result<Next, ClientFault> {
+        if self.batch.server_fatal {
+            // The server ended the session (its FATAL passed on): as directly, nothing the
+            // client sent after it is run or answered; the close follows.
+            return Ok(Next::Done);
+        }
         loop {
             if !self.client.cpass.is_idle() {
                 if self.client.cbuf.is_empty() {
@@ -76,6 +81,9 @@ impl Relay {
                     continue;
                 }
                 self.client.skipping = false;
+            }
+            if self.policy.tracking && self.fate_waits(srv.as_deref(), tag, seen) {
+                break;
             }
             let Some(held) = srv.as_deref_mut() else {
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
@@ -157,6 +165,54 @@ impl Relay {
             return true;
         }
         false
+    }
+
+    /// Whether the tracked message in front (`seen` bytes) names a statement whose fate on
+    /// the server an earlier batch still in flight decides, where the pooler would answer
+    /// for it or pick what to send on what it believes now. An error in that batch skips
+    /// the rest of it up to its Sync, so a Parse of the name (the client's, a replay, or the
+    /// Close of a stale copy before it) or a Close of the name may not run. Such a message
+    /// waits for that batch's answer: a Parse of a name the client holds, a Bind or Describe
+    /// of a statement still being parsed there, a Close of one the server lacks (replayed
+    /// first unless the block has failed), and a Bind, Describe or Close of a name whose
+    /// Close is still owed. Sent at once, a re-Parse met the server's old copy (42P05), a use
+    /// relied on a replay that failed (26000 under the server's name), a Close replayed into
+    /// a block that failed was refused (25P02), and a use after a skipped Close was answered
+    /// 26000, where PostgreSQL has the statement.
+    fn fate_waits(&self, srv: Option<&ServerState>, tag: u8, seen: usize) -> bool {
+        // Checked first: a server that owes nothing (a client waiting for each answer) costs
+        // one comparison.
+        let Some(srv) = srv.filter(|s| !s.replies.is_empty()) else {
+            return false;
+        };
+        let msg = &self.client.cbuf[..seen];
+        let span = match tag {
+            f::PARSE_TAG => f::parse_statement(msg).ok(),
+            f::BIND_TAG => f::bind_statement(msg).ok(),
+            f::DESCRIBE_TAG | f::CLOSE_TAG => match f::describe_or_close_target(msg) {
+                Ok((b'S', span)) => Some(span),
+                _ => None,
+            },
+            _ => return false,
+        };
+        let Some(span) = span.filter(|s| s.len > 0) else {
+            return false;
+        };
+        let name = span.get(msg);
+        if srv.replies.in_copy_in() {
+            return false;
+        }
+        match self.statements.get(name) {
+            Some(_) if tag == f::PARSE_TAG => srv.replies.owes_ready(),
+            // The Close needs the copy replayed first unless the block has failed, which
+            // only the earlier batch's answer tells.
+            Some(kept) if tag == f::CLOSE_TAG => {
+                srv.statements.holds(&kept.server_name).is_none() && srv.replies.owes_ready()
+            }
+            Some(kept) => srv.replies.made_before_sync(kept.id),
+            None if tag == f::PARSE_TAG => false,
+            None => srv.replies.pending_close(name).is_some() && srv.replies.owes_ready(),
+        }
     }
 
     /// Whether a message not yet wholly buffered is passed on in pieces: it is larger than a

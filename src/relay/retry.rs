@@ -249,7 +249,7 @@ impl Relay {
                     if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
                         self.statements.remove(&name);
                     }
-                    let had = srv.statements.holds(&kept.server_name);
+                    let had = srv.statements.held(&kept.server_name);
                     srv.statements.remove(&kept.server_name);
                     self.sout.extend_from_slice(&bytes);
                     self.owe(srv, Owed::ClientClose { name, kept, had });

@@ -39,9 +39,9 @@ pub(super) fn settle(
         // unless that copy's own Parse or its replay was skipped too (the server never made it).
         Owed::ClientClose { name, kept, had } if failed => {
             let never_made = client.is_rejected(kept.id);
-            if let Some(id) = had.filter(|&id| !(never_made && id == kept.id)) {
-                if !server.was_lost(&kept.server_name, id) {
-                    server.add(kept.server_name.clone(), id);
+            if let Some(h) = had.filter(|h| !(never_made && h.id == kept.id)) {
+                if !server.was_lost(&kept.server_name, h.id) {
+                    server.restore(kept.server_name.clone(), h);
                 }
             }
             client.restore(&name, kept);

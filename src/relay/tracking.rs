@@ -115,7 +115,7 @@ impl Relay {
         self.batch
             .retry
             .record_close(&self.sout[start..], name, &kept);
-        let had = srv.statements.holds(&kept.server_name);
+        let had = srv.statements.held(&kept.server_name);
         srv.statements.remove(&kept.server_name);
         self.owe(
             srv,

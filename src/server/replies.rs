@@ -88,7 +88,7 @@ pub enum Owed {
     ClientClose {
         name: Bytes,
         kept: Arc<Kept>,
-        had: Option<u64>,
+        had: Option<crate::prepared::Held>,
     },
     /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
     Internal,
@@ -228,6 +228,22 @@ impl Replies {
         for o in &self.q {
             match o {
                 Owed::TrackedParse { id: i, .. } if *i == id => seen = true,
+                Owed::Client(Request::Sync) if seen => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Whether statement `id` is being parsed here (the client's Parse or a replay, still
+    /// owed) with a Sync after it: whether the server will hold it is not known yet.
+    pub fn made_before_sync(&self, id: u64) -> bool {
+        let mut seen = false;
+        for o in &self.q {
+            match o {
+                Owed::TrackedParse { id: i, .. } | Owed::Replay { id: i, .. } if *i == id => {
+                    seen = true
+                }
                 Owed::Client(Request::Sync) if seen => return true,
                 _ => {}
             }

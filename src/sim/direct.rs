@@ -138,7 +138,10 @@ pub enum Departure {
     SameBlock,
     /// The same for a Describe of a statement returning no rows: directly it is described,
     /// pooled the replay is refused with 25P02 and the batch skips to Sync. The transcripts
-    /// no longer line up: the client is compared up to here.
+    /// no longer line up: the client is compared up to here. Also: a server that ended itself
+    /// (`pg_terminate_backend(pg_backend_pid())`) dies at its next message; a message the
+    /// pooler answers itself (a Close of a tracked statement) meanwhile still gets its
+    /// answer before the FATAL (as it would had the server been ended a moment later).
     Ends,
 }
 
@@ -155,6 +158,10 @@ pub fn documented(expected: &Frame, actual: &Frame, before: &[Frame]) -> Option<
             .then(|| b::parse_error(f.body()).ok())
             .flatten()
     };
+    let ended = code(expected).is_some_and(|e| e.severity == "FATAL" && e.code == "57P01");
+    if ended && actual.tag == b::CLOSE_COMPLETE_TAG {
+        return Some(Departure::Ends);
+    }
     let refused = code(actual).is_some_and(|e| e.code == "25P02");
     if !failed_block || !refused {
         return None;

@@ -56,3 +56,57 @@ fn replay() {
         panic!("{found}");
     }
 }
+
+/// Seeds of longer explorations that once found a relay bug (or a departure now documented),
+/// kept so they stay fixed: each names its setup and what it found.
+#[test]
+fn found_seeds_stay_fixed() {
+    const FOUND: &[(&str, u64, &str)] = &[
+        (
+            "transaction-tracked",
+            11_583,
+            "a re-Parse met the server's old copy: 42P05",
+        ),
+        (
+            "transaction-tracked",
+            17_403,
+            "a Describe after a skipped Close: 26000",
+        ),
+        (
+            "transaction-tracked",
+            26_007,
+            "a Bind relied on a replay that failed: 26000",
+        ),
+        (
+            "transaction-tracked",
+            28_569,
+            "a Close replayed into a failed block: 25P02",
+        ),
+        (
+            "transaction-tracked",
+            91_537,
+            "a Close answered before a FATAL (documented)",
+        ),
+        (
+            "transaction-tracked",
+            131_029,
+            "the same, the server idle (documented)",
+        ),
+        (
+            "transaction-tracked",
+            149_488,
+            "a message after a FATAL answered",
+        ),
+        (
+            "transaction-tracked",
+            239_001,
+            "a skipped Close brought back a copy DEALLOCATE ALL dropped",
+        ),
+    ];
+    for &(name, seed, what) in FOUND {
+        let s = setup(name).expect("a setup of harness::SETUPS");
+        if let Err(found) = explore(s, seed..seed + 1) {
+            panic!("{what}, again:\n{found}");
+        }
+    }
+}
