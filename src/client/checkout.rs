@@ -155,11 +155,16 @@ impl Session<'_> {
     /// Starts holding a server taken (and synced) at `now`, under the pool's policy now (a
     /// reloaded mode or setting applies from this transaction on).
     fn hold(&mut self, conn: Server, now: Instant) {
-        let cfg = self.shared.config.load();
         // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
-        let policy = Policy::new(&cfg, self.pool.mode());
-        self.relay.hold(&conn.state, policy, now);
-        Timer::configure(&mut self.timer, policy.has_timeouts());
+        let mode = self.pool.mode();
+        let generation = self.shared.config.generation() as u32;
+        let fresh = (self.policy_generation != generation || self.relay.policy().mode != mode)
+            .then(|| {
+                self.policy_generation = generation;
+                Policy::new(&self.shared.config.load(), mode)
+            });
+        self.relay.hold(&conn.state, fresh, now);
+        Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());
         self.cancel
             .set(conn.addr, conn.key, conn.state.id, conn.generation.number());
         self.server = Some(conn);

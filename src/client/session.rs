@@ -80,10 +80,14 @@ pub struct Session<'a> {
     client_first: bool,
     /// The pooler's timeouts' timer, when one is on.
     pub(super) timer: Option<Box<Timer>>,
+    /// The configuration generation the relay's policy was made from (its low bits): the
+    /// policy is made again only after a reload or a change of the pool's mode.
+    pub(super) policy_generation: u32,
 }
 
 impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
+        let generation = shared.config.generation();
         let cfg = shared.config.load();
         let policy = Policy::new(&cfg, login.pool.mode());
         let relay = Relay::new(
@@ -107,6 +111,7 @@ impl<'a> Session<'a> {
             },
             client_first: false,
             timer: None,
+            policy_generation: generation as u32,
             shared,
         }
     }

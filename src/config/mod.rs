@@ -674,21 +674,36 @@ pub fn read_secret_file(path: &std::path::Path) -> Result<Secret, ConfigError> {
     Ok(Secret::new(text.lines().next().unwrap_or("").to_owned()))
 }
 
-/// The configuration in force, replaced whole by a reload; readers take a snapshot.
+/// The configuration in force, replaced whole by a reload; readers take a snapshot. Its
+/// generation counts the replacements, so a reader that keeps what it derived from one
+/// snapshot knows without a lock whether it is still current.
 #[derive(Debug)]
-pub struct ConfigCell(std::sync::RwLock<std::sync::Arc<Config>>);
+pub struct ConfigCell {
+    cell: std::sync::RwLock<std::sync::Arc<Config>>,
+    generation: std::sync::atomic::AtomicU64,
+}
 
 impl ConfigCell {
     pub fn new(c: Config) -> Self {
-        ConfigCell(std::sync::RwLock::new(std::sync::Arc::new(c)))
+        ConfigCell {
+            cell: std::sync::RwLock::new(std::sync::Arc::new(c)),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     pub fn load(&self) -> std::sync::Arc<Config> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.cell.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn store(&self, c: std::sync::Arc<Config>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = c;
+        *self.cell.write().unwrap_or_else(|p| p.into_inner()) = c;
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Read before [`ConfigCell::load`]: a snapshot loaded after it is at least this new.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

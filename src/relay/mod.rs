@@ -125,6 +125,9 @@ pub struct Relay {
     /// The client's number: its statements' server names (`p<id>_...`) and event lines.
     id: u64,
     policy: Policy,
+    /// Whether the configuration asks for tracking (the policy keeps what it was while the
+    /// client holds statements).
+    tracking_wanted: bool,
     client: ClientSide,
     statements: ClientStatements,
     /// Bytes for the server.
@@ -155,6 +158,7 @@ impl Relay {
         Relay {
             id,
             policy,
+            tracking_wanted: policy.tracking,
             client: ClientSide {
                 cbuf: leftover,
                 params,
@@ -259,7 +263,18 @@ impl Relay {
     /// Starts holding server `srv` taken at `now` under `policy`. A reloaded mode applies
     /// from this transaction on; tracking switches only while the client keeps no
     /// statements, so none of its names is stranded.
-    pub fn hold(&mut self, srv: &ServerState, mut policy: Policy, now: Instant) {
+    pub fn hold(&mut self, srv: &ServerState, fresh: Option<Policy>, now: Instant) {
+        let mut policy = match fresh {
+            Some(p) => {
+                self.tracking_wanted = p.tracking;
+                p
+            }
+            None => {
+                let mut p = self.policy;
+                p.tracking = self.tracking_wanted;
+                p
+            }
+        };
         if !self.statements.is_empty() {
             policy.tracking = self.policy.tracking;
         }

@@ -751,7 +751,7 @@ impl<'p> Sim<'p> {
         let policy = *self.clients[c].relay.policy();
         self.clients[c]
             .relay
-            .hold(&self.servers[s].state, policy, now);
+            .hold(&self.servers[s].state, Some(policy), now);
         self.clients[c].server = Some(s);
         true
     }
