@@ -28,7 +28,10 @@ impl std::fmt::Display for Found {
             f,
             "replay: DROID_SIM_SETUP={} DROID_SIM_SEED={} DROID_SIM_PROGRAM='{}' DROID_SIM_TRACE=1 \
              cargo test --lib sim::tests::replay -- --nocapture",
-            self.setup, self.seed, self.program
+            self.setup,
+            self.seed,
+            // Quoted for the shell: a ' in the program's SQL closes and reopens the quote.
+            self.program.to_string().replace('\'', "'\\''")
         )
     }
 }
