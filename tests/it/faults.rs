@@ -622,7 +622,7 @@ async fn storm_black_hole_logins_time_out_within_the_same_bound() {
 }
 
 /// After refused logins open the breaker, a query needing a server gets ERROR 57P03 within
-/// 10 ms (p99 of 50), naming the database and "circuit open", with a DETAIL that tells the time
+/// 10 ms (p99 of 200: with 50 the p99 was the maximum, one scheduler stall), naming the database and "circuit open", with a DETAIL that tells the time
 /// to the next probe; once PostgreSQL is reachable again, the next probe closes the breaker
 /// and queries work, no later than that DETAIL said (plus a margin).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -667,7 +667,7 @@ async fn breaker_refuses_fast_and_closes_after_probe() {
     // Timed refusals.
     let mut took = Vec::new();
     let mut last_retry_after = 0;
-    for _ in 0..50 {
+    for _ in 0..200 {
         let t = Instant::now();
         client.send(&q).await;
         let frames = client.until_ready().await;
