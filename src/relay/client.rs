@@ -182,7 +182,7 @@ impl Relay {
     fn fate_waits(&self, srv: Option<&ServerState>, tag: u8, seen: usize) -> bool {
         // Checked first: a server that owes nothing (a client waiting for each answer) costs
         // one comparison.
-        let Some(srv) = srv.filter(|s| !s.replies.is_empty()) else {
+        let Some(srv) = srv.filter(|s| !s.replies.is_empty() && !s.replies.in_copy_in()) else {
             return false;
         };
         let msg = &self.client.cbuf[..seen];
@@ -199,9 +199,6 @@ impl Relay {
             return false;
         };
         let name = span.get(msg);
-        if srv.replies.in_copy_in() {
-            return false;
-        }
         match self.statements.get(name) {
             Some(_) if tag == f::PARSE_TAG => srv.replies.owes_ready(),
             // The Close needs the copy replayed first unless the block has failed, which

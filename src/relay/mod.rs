@@ -260,7 +260,8 @@ impl Relay {
         self.batch.server_fatal = false;
     }
 
-    /// Starts holding server `srv` taken at `now` under `policy`. A reloaded mode applies
+    /// Starts holding server `srv` taken at `now` under the `fresh` policy (`None`: the
+    /// configuration is unchanged, the last one holds). A reloaded mode applies
     /// from this transaction on; tracking switches only while the client keeps no
     /// statements, so none of its names is stranded.
     pub fn hold(&mut self, srv: &ServerState, fresh: Option<Policy>, now: Instant) {

@@ -172,8 +172,7 @@ impl Relay {
             let undecided = srv.as_deref().is_some_and(|s| {
                 status == backend::TX_FAILED
                     || s.replies.owes_ready()
-                    || (!existing.is_confirmed()
-                        && s.replies.parse_pending_before_sync(existing.id))
+                    || (!existing.is_confirmed() && s.replies.made_before_sync(existing.id))
             });
             if !undecided {
                 let text = format!(

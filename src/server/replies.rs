@@ -221,20 +221,6 @@ impl Replies {
         })
     }
 
-    /// Whether statement `id`'s Parse is still owed and a Sync follows it: its outcome then
-    /// decides whether a later Parse of the same name is valid.
-    pub fn parse_pending_before_sync(&self, id: u64) -> bool {
-        let mut seen = false;
-        for o in &self.q {
-            match o {
-                Owed::TrackedParse { id: i, .. } if *i == id => seen = true,
-                Owed::Client(Request::Sync) if seen => return true,
-                _ => {}
-            }
-        }
-        false
-    }
-
     /// Whether statement `id` is being parsed here (the client's Parse or a replay, still
     /// owed) with a Sync after it: whether the server will hold it is not known yet.
     pub fn made_before_sync(&self, id: u64) -> bool {
