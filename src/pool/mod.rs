@@ -643,6 +643,12 @@ impl Pool {
 
     /// As [`Pool::checkin`], with the caller's clock read.
     pub fn checkin_at(&self, mut conn: Server, now: Instant) {
+        if !conn.state.rbuf.is_empty() {
+            // It spoke after its transaction ended (a FATAL, a notification): not reused.
+            self.close(conn, CloseReason::Unusable);
+            self.lock_and_spawn();
+            return;
+        }
         if conn.read_only_error {
             if self.lock().route.tsa().needs_writes() {
                 return self.verify_writable(conn);

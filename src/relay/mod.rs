@@ -20,6 +20,8 @@ mod policy;
 mod replies;
 mod retry;
 mod settle;
+#[cfg(test)]
+mod tests;
 mod timeouts;
 mod tracking;
 

@@ -61,6 +61,10 @@ impl Relay {
         srv: &mut ServerState,
         io: &mut I,
     ) -> Result<(), ServerFault> {
+        if self.batch.release_due && self.release_ready(srv) {
+            // Bytes after the transaction's end: left for the pool to see (above).
+            return Ok(());
+        }
         // Messages are handled in place and the buffer advanced once: no split per message.
         // The buffer is lent out meanwhile and put back on every path.
         let mut rbuf = std::mem::take(&mut srv.rbuf);
@@ -184,6 +188,12 @@ impl Relay {
                 }
             }
             self.after_step(srv, &step, buf, direct);
+            if step.ready && self.release_ready(srv) {
+                // The server goes back now: what it sent after its ReadyForQuery (a fast
+                // shutdown's FATAL, a notification for a LISTEN) is no client's. It stays in
+                // the server's buffer, and the pool closes a server returned with bytes unread.
+                return Ok(());
+            }
         }
     }
 

@@ -702,7 +702,12 @@ impl<'p> Sim<'p> {
         };
         cl.relay.release(&servers[s].state, &mut io);
         cl.server = None;
-        self.give_back(s);
+        if self.servers[s].state.rbuf.is_empty() {
+            self.give_back(s);
+        } else {
+            // As the pool does with a server that spoke after its transaction ended.
+            self.close_server(s);
+        }
     }
 
     /// A server goes back to the pool: to the first client waiting for one (as the pool

@@ -1,0 +1,126 @@
+//! The machine alone, where a schedule the simulation's model never makes must be set up by
+//! hand.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::{error_fields, Io, Next, Policy, Relay};
+use crate::config::{Config, EventLevel, PoolMode};
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::params::ClientParams;
+use crate::protocol::{backend, frontend};
+use crate::server::ServerState;
+
+struct Wire {
+    received: BytesMut,
+}
+
+impl Io for Wire {
+    fn now(&mut self) -> Instant {
+        Instant::now()
+    }
+
+    fn direct(&self) -> bool {
+        true
+    }
+
+    fn offer_client(&mut self, bytes: &[u8]) -> usize {
+        self.received.extend_from_slice(bytes);
+        bytes.len()
+    }
+}
+
+fn relay(mode: PoolMode) -> Relay {
+    let policy = Policy::new(&Config::default(), mode);
+    let metrics = std::sync::Arc::new(Metrics::new());
+    let events = Events::new(EventLevel::Off);
+    Relay::new(
+        1,
+        ClientParams::default(),
+        policy,
+        BytesMut::new(),
+        metrics,
+        events,
+    )
+}
+
+/// Sends `select 1` through `r` on `srv` and returns the client's wire.
+fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
+    let mut wire = Wire {
+        received: BytesMut::new(),
+    };
+    frontend::query(r.client_in(), "select 1");
+    assert_eq!(
+        r.on_client(None, &mut wire).unwrap(),
+        Next::NeedServer {
+            tag: frontend::QUERY_TAG
+        }
+    );
+    r.hold(srv, None, Instant::now());
+    assert_eq!(r.on_client(Some(srv), &mut wire).unwrap(), Next::Done);
+    r.server_sent();
+    wire
+}
+
+/// The server's answer to `select 1` (no rows, for brevity) and its ReadyForQuery, and in the
+/// same read the FATAL of a fast shutdown that reached the backend right after.
+fn reply_then_fatal(rbuf: &mut BytesMut) -> usize {
+    let tag = b"SELECT 0\0";
+    rbuf.extend_from_slice(&[backend::COMMAND_COMPLETE_TAG]);
+    rbuf.extend_from_slice(&(tag.len() as u32 + 4).to_be_bytes());
+    rbuf.extend_from_slice(tag);
+    backend::ready_for_query(rbuf, backend::TX_IDLE);
+    let answered = rbuf.len();
+    let mut fatal = error_fields(
+        "57P01",
+        "terminating connection due to administrator command".into(),
+    );
+    fatal.severity = "FATAL".into();
+    backend::error_response(rbuf, &fatal);
+    answered
+}
+
+/// In transaction mode a server message after the transaction's ReadyForQuery is no
+/// client's: the client gets its answer, not the FATAL, and the bytes stay in the server's
+/// buffer (the pool closes a server returned with bytes unread).
+#[test]
+fn what_a_server_sends_after_its_transaction_stays_with_the_server() {
+    let mut r = relay(PoolMode::Transaction);
+    let mut srv = ServerState::new();
+    let mut wire = run_query(&mut r, &mut srv);
+    let answered = reply_then_fatal(&mut srv.rbuf);
+    let fatal_len = srv.rbuf.len() - answered;
+    r.on_server(&mut srv, &mut wire).unwrap();
+    assert!(r.release_ready(&srv));
+    let mut to_client = wire.received.clone();
+    to_client.extend_from_slice(r.client_out());
+    assert_eq!(
+        to_client.len(),
+        answered,
+        "the client got exactly its answer"
+    );
+    assert_eq!(to_client.last(), Some(&backend::TX_IDLE));
+    assert_eq!(srv.rbuf.len(), fatal_len, "the FATAL stays unread");
+    assert_eq!(srv.rbuf[0], backend::ERROR_RESPONSE_TAG);
+    // Read again before the release: still not the client's.
+    r.on_server(&mut srv, &mut wire).unwrap();
+    assert_eq!(srv.rbuf.len(), fatal_len);
+}
+
+/// In session mode the client owns its backend: the FATAL is its to see.
+#[test]
+fn a_session_client_sees_its_backend_end() {
+    let mut r = relay(PoolMode::Session);
+    let mut srv = ServerState::new();
+    let mut wire = run_query(&mut r, &mut srv);
+    let answered = reply_then_fatal(&mut srv.rbuf);
+    let total = srv.rbuf.len();
+    r.on_server(&mut srv, &mut wire).unwrap();
+    let mut to_client = wire.received.clone();
+    to_client.extend_from_slice(r.client_out());
+    assert_eq!(to_client.len(), total);
+    assert_eq!(to_client[answered], backend::ERROR_RESPONSE_TAG);
+    assert!(srv.rbuf.is_empty());
+}
