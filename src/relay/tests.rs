@@ -32,6 +32,15 @@ impl Io for Wire {
     }
 }
 
+impl Wire {
+    /// What the client got: taken at once, or queued.
+    fn to_client(&self, r: &Relay) -> BytesMut {
+        let mut all = self.received.clone();
+        all.extend_from_slice(r.client_out());
+        all
+    }
+}
+
 fn relay(mode: PoolMode) -> Relay {
     let policy = Policy::new(&Config::default(), mode);
     let metrics = std::sync::Arc::new(Metrics::new());
@@ -82,20 +91,27 @@ fn reply_then_fatal(rbuf: &mut BytesMut) -> usize {
     answered
 }
 
+/// A query run in `mode`, its answer and a FATAL read in one go and handled: the relay, the
+/// server, the client's wire, the answer's length and the bytes read.
+fn answered_then_fatal(mode: PoolMode) -> (Relay, ServerState, Wire, usize, usize) {
+    let mut r = relay(mode);
+    let mut srv = ServerState::new();
+    let mut wire = run_query(&mut r, &mut srv);
+    let answered = reply_then_fatal(&mut srv.rbuf);
+    let total = srv.rbuf.len();
+    r.on_server(&mut srv, &mut wire).unwrap();
+    (r, srv, wire, answered, total)
+}
+
 /// In transaction mode a server message after the transaction's ReadyForQuery is no
 /// client's: the client gets its answer, not the FATAL, and the bytes stay in the server's
 /// buffer (the pool closes a server returned with bytes unread).
 #[test]
 fn what_a_server_sends_after_its_transaction_stays_with_the_server() {
-    let mut r = relay(PoolMode::Transaction);
-    let mut srv = ServerState::new();
-    let mut wire = run_query(&mut r, &mut srv);
-    let answered = reply_then_fatal(&mut srv.rbuf);
-    let fatal_len = srv.rbuf.len() - answered;
-    r.on_server(&mut srv, &mut wire).unwrap();
+    let (mut r, mut srv, mut wire, answered, total) = answered_then_fatal(PoolMode::Transaction);
+    let fatal_len = total - answered;
     assert!(r.release_ready(&srv));
-    let mut to_client = wire.received.clone();
-    to_client.extend_from_slice(r.client_out());
+    let to_client = wire.to_client(&r);
     assert_eq!(
         to_client.len(),
         answered,
@@ -112,14 +128,8 @@ fn what_a_server_sends_after_its_transaction_stays_with_the_server() {
 /// In session mode the client owns its backend: the FATAL is its to see.
 #[test]
 fn a_session_client_sees_its_backend_end() {
-    let mut r = relay(PoolMode::Session);
-    let mut srv = ServerState::new();
-    let mut wire = run_query(&mut r, &mut srv);
-    let answered = reply_then_fatal(&mut srv.rbuf);
-    let total = srv.rbuf.len();
-    r.on_server(&mut srv, &mut wire).unwrap();
-    let mut to_client = wire.received.clone();
-    to_client.extend_from_slice(r.client_out());
+    let (r, srv, wire, answered, total) = answered_then_fatal(PoolMode::Session);
+    let to_client = wire.to_client(&r);
     assert_eq!(to_client.len(), total);
     assert_eq!(to_client[answered], backend::ERROR_RESPONSE_TAG);
     assert!(srv.rbuf.is_empty());
