@@ -34,6 +34,8 @@ pub struct CancelSlot {
     database: Box<str>,
     /// `KILL` or `KILL_CLIENT`: the session ends with 57P01 when it next looks.
     killed: AtomicBool,
+    /// Why the client keeps its server past its transactions (a session-state pin's label).
+    pin: std::sync::OnceLock<&'static str>,
 }
 
 impl CancelSlot {
@@ -48,6 +50,15 @@ impl CancelSlot {
 
     pub fn clear(&self) {
         *self.lock() = None;
+    }
+
+    /// The client is pinned to its server for `reason` (the first pin is kept).
+    pub fn set_pin(&self, reason: &'static str) {
+        let _ = self.pin.set(reason);
+    }
+
+    pub fn pin(&self) -> Option<&'static str> {
+        self.pin.get().copied()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
@@ -103,6 +114,8 @@ pub struct ClientRow {
     pub pid: i32,
     pub pool: String,
     pub server: Option<(u64, u64)>,
+    /// Why it keeps its server, if it is pinned.
+    pub pin: Option<&'static str>,
 }
 
 /// Key (pid, secret) → slot of every logged-in client.
@@ -159,6 +172,7 @@ impl Cancels {
                 pid,
                 pool: slot.pool.to_string(),
                 server: slot.held().map(|h| (h.id, h.generation)),
+                pin: slot.pin(),
             })
             .collect();
         rows.sort_by_key(|r| r.pid);

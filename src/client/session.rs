@@ -74,7 +74,7 @@ pub struct Session<'a> {
     /// The server held, if any (its protocol state is the relay's to work on).
     pub(super) server: Option<Server>,
     /// This session's membership of its pool (client counts).
-    _member: crate::pool::PoolClient,
+    member: crate::pool::PoolClient,
     pub(super) warm: Warm,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
@@ -83,6 +83,15 @@ pub struct Session<'a> {
     /// The configuration generation the relay's policy was made from (its low bits): the
     /// policy is made again only after a reload or a change of the pool's mode.
     pub(super) policy_generation: u32,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // However the session ends (its task too may be dropped), a pin stops counting.
+        if let Some(reason) = self.cancel.pin() {
+            self.member.unpin(reason);
+        }
+    }
 }
 
 impl<'a> Session<'a> {
@@ -104,7 +113,7 @@ impl<'a> Session<'a> {
             pool: login.pool.clone(),
             cancel: login.cancel,
             server: None,
-            _member: login.member,
+            member: login.member,
             warm: Warm {
                 slot: None,
                 limit: cfg.client.warm_sessions,
@@ -407,6 +416,13 @@ impl<'a> Session<'a> {
             return;
         };
         if !self.relay.release_ready(&conn.state) {
+            if let Some(pin) = self.relay.pinned() {
+                if self.cancel.pin().is_none() {
+                    // Newly pinned: seen by SHOW CLIENTS and the pool's pinned gauge.
+                    self.cancel.set_pin(pin.label());
+                    self.member.pin(pin.label());
+                }
+            }
             return;
         }
         let Some(mut conn) = self.server.take() else {
@@ -478,6 +494,9 @@ impl<'a> Session<'a> {
             .inc();
         self.shared.metrics.pooler_error(e.sqlstate());
         let mut fields = crate::relay::error_fields(e.sqlstate(), e.to_string());
+        if let PoolError::WaitTimeout { pins: Some(p), .. } = &e {
+            fields.detail = Some(p.clone());
+        }
         if let PoolError::CircuitOpen { retry_after, .. } = &e {
             // The pooler's Retry-After.
             fields.detail = Some(format!(

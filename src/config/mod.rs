@@ -71,7 +71,8 @@ pub enum SessionState {
     Off,
     /// A statement that creates session state (a setting, SQL `PREPARE`, a temp table, a
     /// `WITH HOLD` cursor, a session advisory lock, `LOAD`, `LISTEN`) pins the client to its
-    /// server until it leaves; the server is then reset (`pool.reset_query`) or closed.
+    /// server until it leaves; the server is then reset (`pool.reset_query`) or closed. In
+    /// statement mode those statements are refused (0A000).
     Pin,
 }
 

@@ -29,6 +29,8 @@ pub struct PoolSnapshot {
     pub servers_reserve: i64,
     #[serde(flatten)]
     pub limits: LimitCounts,
+    /// Clients pinned to their server by session state (`pool.session_state: pin`).
+    pub clients_pinned: i64,
 }
 
 /// The limits a pool shares with the other pools of its database and of its user.
@@ -98,6 +100,15 @@ impl<S: SnapshotSource> SnapshotCollector<S> {
                 gauge("droidpool_servers", "Server connections by state.", &state),
                 By::Pool,
                 |_| 0,
+            ),
+            (
+                gauge(
+                    "droidpool_pool_pinned_clients",
+                    "Clients pinned to their server by session state (pool.session_state: pin).",
+                    &pool,
+                ),
+                By::Pool,
+                |s| s.clients_pinned,
             ),
             (
                 gauge(

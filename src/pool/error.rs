@@ -14,7 +14,12 @@ pub enum PoolError {
     #[error(
         "no server connection available in pool {pool} within {waited:?} (query_wait_timeout)"
     )]
-    WaitTimeout { pool: String, waited: Duration },
+    WaitTimeout {
+        pool: String,
+        waited: Duration,
+        /// The pinned clients holding servers, for the error's DETAIL.
+        pins: Option<String>,
+    },
     #[error("too many clients already waiting for pool {pool} (max_waiting_clients {max})")]
     TooManyWaiting { pool: String, max: usize },
     /// The server refused or failed the login (boxed: errors stay small in every future).

@@ -202,6 +202,9 @@ struct PoolInner {
     rearm: Notify,
     /// Servers released by their client and being reset before reuse (PgBouncer's `used`).
     resetting: AtomicI64,
+    /// Clients pinned to their server by session state, by reason (touched when a client is
+    /// pinned or leaves, and read by the wait timeout's error and the snapshot).
+    pins: Mutex<Vec<(&'static str, i64)>>,
     database: String,
     user: String,
     /// The auth_query lookup pool (its mode label is `lookup`).
@@ -253,6 +256,7 @@ impl Pool {
                 clients: AtomicI64::new(0),
                 rearm: Notify::new(),
                 resetting: AtomicI64::new(0),
+                pins: Mutex::new(Vec::new()),
                 closing: std::sync::atomic::AtomicBool::new(false),
                 database: key.database.clone(),
                 user: key.user.clone(),
@@ -435,6 +439,45 @@ impl Pool {
             reserve_size: settings.reserve_size as i64,
             servers_reserve: self.inner.reserve.taken() as i64,
             limits: self.limit_snapshot(),
+            clients_pinned: self.pinned_clients(),
+        }
+    }
+
+    fn pins(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, i64)>> {
+        self.inner.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Clients pinned to their server now.
+    pub fn pinned_clients(&self) -> i64 {
+        self.pins().iter().map(|(_, n)| n).sum()
+    }
+
+    /// What a client that waited in vain is told about the pinned clients holding servers,
+    /// if any are: how many, and why.
+    fn pins_detail(&self) -> Option<String> {
+        let pins = self.pins();
+        let total: i64 = pins.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return None;
+        }
+        let why: Vec<String> = pins
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(reason, n)| format!("{reason}: {n}"))
+            .collect();
+        Some(format!(
+            "{total} of the pool's {} servers are held by clients pinned by session state ({}); \
+             a pinned client keeps its server until it disconnects",
+            self.settings().size,
+            why.join(", ")
+        ))
+    }
+
+    fn count_pin(&self, reason: &'static str, by: i64) {
+        let mut pins = self.pins();
+        match pins.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += by,
+            None => pins.push((reason, by)),
         }
     }
 
@@ -602,6 +645,7 @@ impl Pool {
                         PoolError::WaitTimeout {
                             pool: self.inner.name.clone(),
                             waited,
+                            pins: self.pins_detail(),
                         }
                     };
                     let _ = w.send(Err(err));
@@ -810,6 +854,18 @@ impl Drop for Resetting {
 
 /// A session's membership of a pool; leaving decrements the client count.
 pub struct PoolClient(Pool);
+
+impl PoolClient {
+    /// The client is pinned to its server (`reason`: the pin's label); counted until
+    /// [`PoolClient::unpin`]. The session calls each once.
+    pub fn pin(&self, reason: &'static str) {
+        self.0.count_pin(reason, 1);
+    }
+
+    pub fn unpin(&self, reason: &'static str) {
+        self.0.count_pin(reason, -1);
+    }
+}
 
 impl Drop for PoolClient {
     fn drop(&mut self) {

@@ -5,7 +5,8 @@ use bytes::Buf;
 
 use super::error::ClientFault;
 use super::pass::Pass;
-use super::{error_fields, Io, Next, Relay};
+use super::pin::state_refusal;
+use super::{error_fields, Io, Next, Relay, StateRule};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
@@ -86,6 +87,15 @@ impl Relay {
                 break;
             }
             let Some(held) = srv.as_deref_mut() else {
+                if self.policy.session_state == StateRule::Refuse
+                    && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
+                {
+                    if let Some(fields) = state_refusal(tag, &self.client.cbuf[..seen]) {
+                        self.metrics.pooler_error(&fields.code);
+                        self.refuse(tag, &fields);
+                        continue;
+                    }
+                }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
                     return Ok(Next::NeedServer { tag });
                 }
@@ -331,8 +341,11 @@ impl Relay {
         total: usize,
         io: &mut I,
     ) -> Result<bool, ClientFault> {
-        if self.policy.pinning && (tag == f::QUERY_TAG || tag == f::PARSE_TAG) {
-            self.check_pin(srv, tag, msg);
+        if self.policy.session_state != StateRule::Forward
+            && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
+            && self.on_state(srv, tag, msg)
+        {
+            return Ok(false);
         }
         match tag {
             f::QUERY_TAG => self.forward(srv, msg, Request::Query, total, io),

@@ -27,7 +27,7 @@ mod tracking;
 
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::Pin;
-pub use policy::Policy;
+pub use policy::{Policy, StateRule};
 pub use timeouts::Kind;
 
 use std::sync::Arc;

@@ -1,11 +1,16 @@
 //! `pool.session_state: pin`: a Query or Parse whose text creates session state pins the
 //! client to the server it holds, so that no other client inherits that state and the
 //! client finds it again in its next transaction. The driver resets (or closes) a pinned
-//! client's server when the client leaves.
+//! client's server when the client leaves. In statement mode such a statement is refused
+//! (0A000) instead: no server outlives a statement there.
 
-use super::Relay;
+use bytes::BytesMut;
+
+use super::{error_fields, Relay, StateRule};
+use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend as f;
+use crate::protocol::sqlstate;
 use crate::server::ServerState;
 use crate::session_state::detect::{effects, Effect, PinReason};
 
@@ -24,6 +29,21 @@ pub enum Pin {
 }
 
 impl Pin {
+    /// What creates the state, for a client's error message.
+    pub fn what(self) -> &'static str {
+        match self {
+            Pin::Setting => "a session setting (SET)",
+            Pin::Prepare => "SQL PREPARE",
+            Pin::Listen => "LISTEN",
+            Pin::State(PinReason::TempTable) => "a temporary table",
+            Pin::State(PinReason::HoldCursor) => "a WITH HOLD cursor",
+            Pin::State(PinReason::AdvisoryLock) => "a session advisory lock",
+            Pin::State(PinReason::Load) => "LOAD",
+            Pin::State(PinReason::DynamicSetting) => "set_config(.., .., false)",
+            Pin::State(PinReason::Role) => "SET ROLE / SET SESSION AUTHORIZATION",
+        }
+    }
+
     /// The `reason` label of `droidpool_session_pins_total` and the event line's reason.
     pub fn label(self) -> &'static str {
         match self {
@@ -66,7 +86,48 @@ pub(super) fn pin_of(sql: &[u8]) -> Option<Pin> {
     })
 }
 
+/// Statement mode's answer to a Query or Parse whose text creates session state: 0A000, as
+/// PgBouncer answers a transaction block there. `None` for any other statement.
+pub(super) fn state_refusal(tag: u8, msg: &[u8]) -> Option<ErrorFields> {
+    let pin = pin_of(sql_of(tag, msg))?;
+    let mut fields = error_fields(
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        format!(
+            "{} is not allowed in statement pooling mode (pool.session_state: pin)",
+            pin.what()
+        ),
+    );
+    fields.hint = Some("use transaction pooling, where it pins the client to its server".into());
+    Some(fields)
+}
+
 impl Relay {
+    /// A Query or Parse on held server `srv` under a policy that reads statements for session
+    /// state: pins the client (transaction mode) or refuses the message (statement mode).
+    /// Returns whether it was refused (then it is not sent).
+    pub(super) fn on_state(&mut self, srv: &mut ServerState, tag: u8, msg: &[u8]) -> bool {
+        if self.policy.session_state == StateRule::Pin {
+            self.check_pin(srv, tag, msg);
+            return false;
+        }
+        let Some(fields) = state_refusal(tag, msg) else {
+            return false;
+        };
+        self.metrics.pooler_error(&fields.code);
+        let mut m = BytesMut::new();
+        backend::error_response(&mut m, &fields);
+        if tag == f::QUERY_TAG {
+            // A statement of an unfinished extended batch still holds the server: the error
+            // and its ReadyForQuery follow that batch's replies.
+            backend::ready_for_query(&mut m, self.batch.status);
+            self.answer(Some(srv), m.freeze());
+        } else {
+            self.answer(Some(srv), m.freeze());
+            self.client.skipping = true;
+        }
+        true
+    }
+
     /// Pins the client to `srv` if the Query or Parse `msg` creates session state (pinning
     /// policy only; the first pin is the one reported).
     pub(super) fn check_pin(&mut self, srv: &ServerState, tag: u8, msg: &[u8]) {

@@ -6,6 +6,20 @@ use std::time::Duration;
 
 use crate::config::{Config, PoolMode, SessionState};
 
+/// What the relay does with a statement that creates session state (a setting, SQL
+/// `PREPARE`, a temp table, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateRule {
+    /// Forwarded as it is: session mode (the client owns its server), or
+    /// `pool.session_state: off`.
+    Forward,
+    /// Pins the client to its server (transaction mode with `pin`).
+    Pin,
+    /// Refused with 0A000 (statement mode with `pin`): no server outlives a statement there,
+    /// as transaction blocks are refused.
+    Refuse,
+}
+
 /// What a checkout's transaction may do and how the relay treats it. Small (every session
 /// carries one, idle ones too): limits as `u32`, timeouts in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,9 +28,8 @@ pub struct Policy {
     /// Named prepared statements are tracked (renamed, replayed where missing): pooled modes
     /// with `pool.track_prepared`.
     pub tracking: bool,
-    /// Statements that create session state pin the client to its server (transaction mode
-    /// with `pool.session_state: pin`).
-    pub pinning: bool,
+    /// What a statement that creates session state does.
+    pub session_state: StateRule,
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
@@ -40,7 +53,11 @@ impl Policy {
         Policy {
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
-            pinning: p.session_state == SessionState::Pin && mode == PoolMode::Transaction,
+            session_state: match (p.session_state, mode) {
+                (SessionState::Off, _) | (_, PoolMode::Session) => StateRule::Forward,
+                (SessionState::Pin, PoolMode::Transaction) => StateRule::Pin,
+                (SessionState::Pin, PoolMode::Statement) => StateRule::Refuse,
+            },
             limits: [
                 small(p.max_prepared_statements),
                 small(p.max_client_prepared_statements),

@@ -16,11 +16,16 @@ use crate::support::{self, Pooler};
 const USER: &str = "droid";
 
 fn start(db: &str, size: usize) -> Pooler {
+    start_with(db, size, "transaction", "20s")
+}
+
+fn start_with(db: &str, size: usize, mode: &str, wait: &str) -> Pooler {
     let pg = support::shared();
     create_db(pg, db);
     let yaml = format!(
-        "pool:\n  size: {size}\n  mode: transaction\n  session_state: pin\n  \
-         query_wait_timeout: 20s\nlog:\n  events: all\n"
+        "server:\n  connect_timeout: 500ms\npool:\n  size: {size}\n  mode: {mode}\n  \
+         session_state: pin\n  query_wait_timeout: {wait}\nlog:\n  events: all\n\
+         auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\n"
     );
     block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
 }
@@ -168,4 +173,102 @@ async fn look_alikes_and_transaction_state_do_not_pin() {
     }
     let m = scrape(&p);
     assert!(!m.contains("droidpool_session_pins_total{"), "{m}");
+}
+
+/// A pinned client is visible: `SHOW CLIENTS` names its pin, the pool's pinned gauge counts
+/// it, and a client that waits in vain for the server it holds is told so (57014, the pins
+/// in the DETAIL), never left hanging. When it leaves, the gauge drops and the waiter runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_are_shown_and_a_waiter_is_told_who_holds_the_servers() {
+    use crate::support::raw::{sqlstate, tags, Raw};
+    let p = start_with("ss_seen", 1, "transaction", "1s");
+    let (mut a, (a_id, _)) = Raw::connect_keyed(p.port(), USER, "ss_seen").await;
+    assert_eq!(
+        tags(&a.query("create temp table t_seen (a int)").await),
+        "CZ"
+    );
+    let clients = block_in_place(|| crate::admin::psql(&p, USER, "droidpool", "SHOW CLIENTS"));
+    assert!(clients.0, "{}", clients.2);
+    assert!(
+        clients.1.lines().any(
+            |l| l.starts_with(&format!("C|{a_id}|ss_seen|{USER}|active|"))
+                && l.ends_with("|temp_table")
+        ),
+        "{}",
+        clients.1
+    );
+    let m = scrape(&p);
+    let pinned = |m: &str| {
+        metric_or_zero(
+            m,
+            "droidpool_pool_pinned_clients",
+            &[("database", "ss_seen"), ("user", USER)],
+        )
+    };
+    assert_eq!(pinned(&m), 1.0, "{m}");
+
+    let mut b = Raw::connect(p.port(), USER, "ss_seen").await;
+    let started = std::time::Instant::now();
+    let got = b.query("select 1").await;
+    assert_eq!(tags(&got), "EZ", "B waited for the pinned server");
+    assert_eq!(sqlstate(&got[0]), "57014");
+    let text = String::from_utf8_lossy(got[0].body()).into_owned();
+    assert!(
+        text.contains(
+            "1 of the pool's 1 servers are held by clients pinned by session state (temp_table: 1)"
+        ),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    drop(a);
+    assert_eq!(tags(&b.query("select 1").await), "TDCZ");
+    assert_eq!(pinned(&scrape(&p)), 0.0);
+}
+
+/// Statement mode runs no server past a statement, so what `pin` would need is refused
+/// with 0A000 (simple and extended protocol), as transaction blocks are; other statements,
+/// look-alikes included, run, and the session stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_mode_refuses_session_state() {
+    use crate::support::raw::{batch, bind, execute, parse, sqlstate, sync, tags, Raw};
+    let p = start_with("ss_stmt", 1, "statement", "20s");
+    let mut a = Raw::connect(p.port(), USER, "ss_stmt").await;
+    for sql in [
+        "SET search_path TO x",
+        "create temp table t (a int)",
+        "select pg_advisory_lock(1)",
+        "PREPARE q AS select 1",
+        "LISTEN ch",
+        "declare c cursor with hold for select 1",
+    ] {
+        let got = a.query(sql).await;
+        assert_eq!(tags(&got), "EZ", "{sql}");
+        assert_eq!(sqlstate(&got[0]), "0A000", "{sql}");
+        assert_eq!(
+            tags(&a.query("select 'SET x'").await),
+            "TDCZ",
+            "after {sql}"
+        );
+    }
+    // Extended: the Parse is refused and the rest skipped to Sync.
+    a.send(&batch(&[
+        parse("", "SET search_path TO x"),
+        bind("", "", &[]),
+        execute(""),
+        sync(),
+    ]))
+    .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "EZ");
+    assert_eq!(sqlstate(&got[0]), "0A000");
+    // Nothing pinned: another client runs on the one server meanwhile.
+    let mut b = Raw::connect(p.port(), USER, "ss_stmt").await;
+    assert_eq!(tags(&b.query("show search_path").await), "TDCZ");
+    let m = scrape(&p);
+    assert!(!m.contains("droidpool_session_pins_total{"), "{m}");
+    assert_eq!(
+        metric_or_zero(&m, "droidpool_pooler_errors_total", &[("class", "0A")]),
+        7.0
+    );
 }

@@ -58,7 +58,9 @@ const STATS: &[&str] = &[
     "total_received",
     "total_sent",
 ];
-const CLIENTS: &[&str] = &["type", "id", "database", "user", "state", "server"];
+const CLIENTS: &[&str] = &[
+    "type", "id", "database", "user", "state", "server", "pinned",
+];
 /// `close_needed`: 1 for a server opened before a `RECONNECT`, closed when released.
 const SERVERS: &[&str] = &[
     "type",
@@ -311,6 +313,8 @@ fn clients(shared: &Shared) -> Vec<Vec<String>> {
                 user.to_owned(),
                 if c.server.is_some() { "active" } else { "idle" }.into(),
                 c.server.map(|s| s.0.to_string()).unwrap_or_default(),
+                // Why it keeps its server (pool.session_state: pin), empty if it does not.
+                c.pin.unwrap_or_default().into(),
             ]
         })
         .collect()
