@@ -217,7 +217,8 @@ impl Relay {
                 srv.statements.holds(&kept.server_name).is_none() && srv.replies.owes_ready()
             }
             Some(kept) => srv.replies.made_before_sync(kept.id),
-            None if tag == f::PARSE_TAG => false,
+            // A name whose Close an earlier batch still carries: if that batch fails, the
+            // Close is skipped and the name is back (a Parse of it is then 42P05).
             None => srv.replies.pending_close(name).is_some() && srv.replies.owes_ready(),
         }
     }

@@ -102,6 +102,11 @@ fn found_seeds_stay_fixed() {
             239_001,
             "a skipped Close brought back a copy DEALLOCATE ALL dropped",
         ),
+        (
+            "transaction-tracked",
+            1_000_316,
+            "a Parse of a name whose Close a failing batch carried: not 42P05",
+        ),
     ];
     for &(name, seed, what) in FOUND {
         let s = setup(name).expect("a setup of harness::SETUPS");
