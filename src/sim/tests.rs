@@ -1,5 +1,6 @@
 //! The simulation in `cargo test`: a bounded number of seeds per setup (`DROID_SIM_SEEDS`
-//! sets how many), and the replay of one seed (`DROID_SIM_SETUP`, `DROID_SIM_SEED`).
+//! sets how many, `DROID_SIM_BASE` the first, `DROID_SIM_ONLY` a comma-separated list of
+//! setups to run), and the replay of one seed (`DROID_SIM_SETUP`, `DROID_SIM_SEED`).
 
 use super::explore::{explore, setup};
 use super::harness::SETUPS;
@@ -18,7 +19,9 @@ fn every_setup_agrees_with_the_model() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    for s in SETUPS {
+    let only = std::env::var("DROID_SIM_ONLY").ok();
+    let chosen = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == name));
+    for s in SETUPS.iter().filter(|s| chosen(s.name)) {
         let started = std::time::Instant::now();
         match explore(s, base..base + n) {
             Ok(stats) => eprintln!(
