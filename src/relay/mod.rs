@@ -99,7 +99,8 @@ struct ClientSide {
 struct Batch {
     /// Transaction status of the held server's last ReadyForQuery.
     status: u8,
-    /// The held server answered everything it owed with ReadyForQuery: it may go back.
+    /// The held server answered everything it owed with a ReadyForQuery that ends the
+    /// client's transaction (idle, a pooled mode, no pin): it may go back.
     release_due: bool,
     /// Nothing has been executed yet in the current batch (for the plan-change retry).
     clean: bool,
@@ -305,12 +306,9 @@ impl Relay {
 
     /// The transaction is over and `srv` owes nothing more: it may go back to the pool now.
     pub fn release_ready(&self, srv: &ServerState) -> bool {
-        self.batch.release_due
-            && srv.replies.is_empty()
-            && self.batch.status == backend::TX_IDLE
-            && !self.policy.is_session()
-            && self.client.cpass.is_idle()
-            && self.client.pinned.is_none()
+        // `release_due` carries the transaction status, the mode and the pin, as they were
+        // at the ReadyForQuery that set it.
+        self.batch.release_due && srv.replies.is_empty() && self.client.cpass.is_idle()
     }
 
     /// Gives `srv` up at a transaction boundary; returns the clock read the transaction's

@@ -365,7 +365,11 @@ impl Relay {
             }
         }
         if step.ready && srv.replies.is_empty() {
-            self.batch.release_due = true;
+            // Decided once, here: until something more is sent (which clears it) none of
+            // these can change.
+            self.batch.release_due = self.batch.status == b::TX_IDLE
+                && !self.policy.is_session()
+                && self.client.pinned.is_none();
             self.batch.clean = true;
         }
     }
