@@ -35,7 +35,7 @@ pub struct CancelSlot {
     /// `KILL` or `KILL_CLIENT`: the session ends with 57P01 when it next looks.
     killed: AtomicBool,
     /// Why the client keeps its server past its transactions (a session-state pin's label).
-    pin: std::sync::OnceLock<&'static str>,
+    pin: Mutex<Option<&'static str>>,
 }
 
 impl CancelSlot {
@@ -52,13 +52,13 @@ impl CancelSlot {
         *self.lock() = None;
     }
 
-    /// The client is pinned to its server for `reason` (the first pin is kept).
-    pub fn set_pin(&self, reason: &'static str) {
-        let _ = self.pin.set(reason);
+    /// The client is pinned to its server for `reason`, or (`None`) no longer pinned.
+    pub fn set_pin(&self, reason: Option<&'static str>) {
+        *self.pin.lock().unwrap_or_else(|p| p.into_inner()) = reason;
     }
 
     pub fn pin(&self) -> Option<&'static str> {
-        self.pin.get().copied()
+        *self.pin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Held>> {

@@ -412,17 +412,13 @@ impl<'a> Session<'a> {
 
     /// Gives the server back if the relay says the transaction is over.
     fn maybe_release(&mut self) {
+        if self.relay.take_pin_change() {
+            self.follow_pin();
+        }
         let Some(conn) = self.server.as_ref() else {
             return;
         };
         if !self.relay.release_ready(&conn.state) {
-            if let Some(pin) = self.relay.pinned() {
-                if self.cancel.pin().is_none() {
-                    // Newly pinned: seen by SHOW CLIENTS and the pool's pinned gauge.
-                    self.cancel.set_pin(pin.label());
-                    self.member.pin(pin.label());
-                }
-            }
             return;
         }
         let Some(mut conn) = self.server.take() else {
@@ -437,6 +433,19 @@ impl<'a> Session<'a> {
         self.cancel.clear();
         conn.state.trim_buffers();
         self.pool.checkin_at(conn, now);
+    }
+
+    /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.
+    #[cold]
+    fn follow_pin(&mut self) {
+        let now = self.relay.pinned().map(|p| p.label());
+        if let Some(was) = self.cancel.pin() {
+            self.member.unpin(was);
+        }
+        if let Some(reason) = now {
+            self.member.pin(reason);
+        }
+        self.cancel.set_pin(now);
     }
 
     /// A timeout fired: a query is cancelled (the session goes on); an idle or too long

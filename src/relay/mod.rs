@@ -90,8 +90,8 @@ struct ClientSide {
     refused_bytes: usize,
     /// The session settings this client expects (what it was told, plus its own SETs).
     params: ClientParams,
-    /// It created session state on its server and keeps that server until it leaves.
-    pinned: Option<Pin>,
+    /// The session state it created on its server, which keeps it there (`pin.reason`).
+    pin: pin::Pinning,
 }
 
 /// The batch in flight on the held server.

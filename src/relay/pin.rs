@@ -12,7 +12,7 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend as f;
 use crate::protocol::sqlstate;
 use crate::server::ServerState;
-use crate::session_state::detect::{effects, Effect, PinReason};
+use crate::session_state::detect::{effects, Discard, Effect, PinReason};
 
 /// Why a client keeps its server past its transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,13 +77,114 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
 pub(super) fn pin_of(sql: &[u8]) -> Option<Pin> {
     let mut found = Vec::new();
     effects(sql, &mut found);
-    found.into_iter().find_map(|(_, e)| match e {
+    found.into_iter().find_map(|(_, e)| pin_for(&e))
+}
+
+fn pin_for(e: &Effect) -> Option<Pin> {
+    match e {
         Effect::Set { .. } => Some(Pin::Setting),
         Effect::Prepare { .. } => Some(Pin::Prepare),
         Effect::Listen { .. } => Some(Pin::Listen),
-        Effect::Pin(r) => Some(Pin::State(r)),
+        Effect::Pin(r) => Some(Pin::State(*r)),
         _ => None,
-    })
+    }
+}
+
+/// The kinds of session state a pinned client may have left on its server, as bits: a pin
+/// ends when every kind it made is gone again.
+mod kind {
+    pub const SETTING: u8 = 1;
+    pub const PREPARE: u8 = 2;
+    pub const LISTEN: u8 = 4;
+    pub const TEMP: u8 = 8;
+    pub const HOLD_CURSOR: u8 = 16;
+    pub const LOCK: u8 = 32;
+    /// `SET ROLE` / `SET SESSION AUTHORIZATION`, `set_config` with a parameter: only
+    /// `DISCARD ALL` is known to undo them.
+    pub const ROLE: u8 = 64;
+    /// `LOAD`: a loaded library stays loaded; the pin lasts until the client leaves.
+    pub const LOADED: u8 = 128;
+}
+
+fn kind_of(pin: Pin) -> u8 {
+    match pin {
+        Pin::Setting => kind::SETTING,
+        Pin::Prepare => kind::PREPARE,
+        Pin::Listen => kind::LISTEN,
+        Pin::State(PinReason::TempTable) => kind::TEMP,
+        Pin::State(PinReason::HoldCursor) => kind::HOLD_CURSOR,
+        Pin::State(PinReason::AdvisoryLock) => kind::LOCK,
+        Pin::State(PinReason::Load) => kind::LOADED,
+        Pin::State(PinReason::DynamicSetting | PinReason::Role) => kind::ROLE,
+    }
+}
+
+/// The kinds of state a statement removes entirely (what `DISCARD ALL` runs, piece by piece).
+fn cleared_by(e: &Effect) -> u8 {
+    match e {
+        Effect::Discard(Discard::All) => !kind::LOADED,
+        Effect::Discard(Discard::Temp) => kind::TEMP,
+        Effect::ResetAll => kind::SETTING,
+        Effect::Deallocate { name: None } => kind::PREPARE,
+        Effect::Close { name: None } => kind::HOLD_CURSOR,
+        Effect::UnlockAll => kind::LOCK,
+        Effect::Unlisten { channel: None } => kind::LISTEN,
+        _ => 0,
+    }
+}
+
+/// A statement that begins or ends a transaction block (whatever it removes may be undone).
+fn opens_block(e: &Effect) -> bool {
+    matches!(
+        e,
+        Effect::Begin
+            | Effect::Commit
+            | Effect::Rollback
+            | Effect::Savepoint { .. }
+            | Effect::RollbackTo { .. }
+            | Effect::Release { .. }
+    )
+}
+
+/// What a pinned client has made, and what a statement in flight would leave if it succeeds.
+#[derive(Debug, Default)]
+pub(super) struct Pinning {
+    /// Why the client keeps its server (the first pin reported), `None` while it does not.
+    pub(super) reason: Option<Pin>,
+    /// The kinds of state made since the pin ([`kind`]).
+    kinds: u8,
+    /// The kinds left once the simple Queries in flight succeed: set by a Query that removes
+    /// state, taken at the ReadyForQuery that ends the transaction, dropped by any error.
+    pending: Option<u8>,
+    /// The pin started or ended since the driver last looked.
+    changed: bool,
+}
+
+impl Pinning {
+    /// The batch met an error: nothing it would have removed counts.
+    pub(super) fn on_error(&mut self) {
+        self.pending = None;
+    }
+
+    /// A ReadyForQuery ended the batch with nothing owed: state removed by a statement that
+    /// succeeded outside a transaction block is gone; with none left the pin ends.
+    pub(super) fn on_ready(&mut self, idle: bool) {
+        let Some(left) = self.pending.take() else {
+            return;
+        };
+        if !idle {
+            return;
+        }
+        self.kinds = left;
+        if left == 0 && self.reason.is_some() {
+            self.reason = None;
+            self.changed = true;
+        }
+    }
+
+    pub(super) fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
 }
 
 /// Statement mode's answer to a Query or Parse whose text creates session state: 0A000, as
@@ -129,15 +230,47 @@ impl Relay {
     }
 
     /// Pins the client to `srv` if the Query or Parse `msg` creates session state (pinning
-    /// policy only; the first pin is the one reported).
+    /// policy only; the first pin is the one reported). A pinned client's simple Query that
+    /// removes all of a kind of state (`DISCARD ALL`, `RESET ALL`, `DEALLOCATE ALL`, `CLOSE
+    /// ALL`, `UNLISTEN *`, `pg_advisory_unlock_all()`, `DISCARD TEMP`) outside a transaction
+    /// block ends the pin once it succeeds and nothing else is left. A Parse never does: its
+    /// statement may never be executed.
     pub(super) fn check_pin(&mut self, srv: &ServerState, tag: u8, msg: &[u8]) {
-        if self.client.pinned.is_some() {
+        let mut found = Vec::new();
+        effects(sql_of(tag, msg), &mut found);
+        let pin = &mut self.client.pin;
+        // Removal counts only for a Query run alone (nothing else in flight) outside a
+        // transaction block: then its success, seen at its ReadyForQuery, is final.
+        let can_remove = pin.reason.is_some()
+            && tag == f::QUERY_TAG
+            && self.batch.status == backend::TX_IDLE
+            && srv.replies.is_empty()
+            && !found.iter().any(|(_, e)| opens_block(e));
+        let mut left = pin.pending.unwrap_or(pin.kinds);
+        let mut removes = false;
+        let mut first = None;
+        for (_, e) in &found {
+            if let Some(p) = pin_for(e) {
+                pin.kinds |= kind_of(p);
+                left |= kind_of(p);
+                first = first.or(Some(p));
+            } else if can_remove {
+                let gone = cleared_by(e);
+                left &= !gone;
+                removes |= gone != 0;
+            }
+        }
+        if removes || pin.pending.is_some() {
+            pin.pending = Some(left);
+        }
+        if pin.reason.is_some() {
             return;
         }
-        let Some(pin) = pin_of(sql_of(tag, msg)) else {
+        let Some(pin) = first else {
             return;
         };
-        self.client.pinned = Some(pin);
+        self.client.pin.reason = Some(pin);
+        self.client.pin.changed = true;
         self.metrics
             .clients
             .session_pins
@@ -146,9 +279,15 @@ impl Relay {
         self.events.client_pinned(self.id, srv.id, pin.label());
     }
 
-    /// Why the client keeps its server until it leaves, if it does.
+    /// Why the client keeps its server, if it does.
     pub fn pinned(&self) -> Option<Pin> {
-        self.client.pinned
+        self.client.pin.reason
+    }
+
+    /// Whether the client was pinned or unpinned since the last call (the driver's SHOW
+    /// CLIENTS and gauge follow it).
+    pub fn take_pin_change(&mut self) -> bool {
+        std::mem::take(&mut self.client.pin.changed)
     }
 }
 

@@ -291,6 +291,10 @@ impl Relay {
             _ => {}
         }
         let failed = tag == b::ERROR_RESPONSE_TAG;
+        if failed {
+            // Nothing a failed batch would have removed counts.
+            self.client.pin.on_error();
+        }
         let mut substitute = None;
         if let Some(done) = step.completed.take() {
             // A FATAL ends the session whatever it met: it is the client's to see, never
@@ -365,11 +369,14 @@ impl Relay {
             }
         }
         if step.ready && srv.replies.is_empty() {
+            if self.client.pin.has_pending() {
+                self.client.pin.on_ready(self.batch.status == b::TX_IDLE);
+            }
             // Decided once, here: until something more is sent (which clears it) none of
             // these can change.
             self.batch.release_due = self.batch.status == b::TX_IDLE
                 && !self.policy.is_session()
-                && self.client.pinned.is_none();
+                && self.client.pin.reason.is_none();
             self.batch.clean = true;
         }
     }

@@ -20,7 +20,10 @@ fn every_setup_agrees_with_the_model() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let only = std::env::var("DROID_SIM_ONLY").ok();
-    let chosen = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == name));
+    let chosen = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+    };
     for s in SETUPS.iter().filter(|s| chosen(s.name)) {
         let started = std::time::Instant::now();
         match explore(s, base..base + n) {

@@ -272,3 +272,85 @@ async fn statement_mode_refuses_session_state() {
         7.0
     );
 }
+
+/// A pin ends once the client's own statement removes all it made: `RESET ALL` after a
+/// `SET`, `DISCARD TEMP` after a temp table, `DISCARD ALL` after anything (but `LOAD`).
+/// Removal inside a transaction block, or one that fails, keeps the pin (it may be undone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_ends_when_the_client_removes_its_state() {
+    use crate::support::raw::{batch, first_col, query, tags, Raw};
+    let p = start_with("ss_unpin", 1, "transaction", "20s");
+    let mut a = Raw::connect(p.port(), USER, "ss_unpin").await;
+    let mut b = Raw::connect(p.port(), USER, "ss_unpin").await;
+    // Whether B can run on the only server while A stays connected.
+    async fn b_runs(b: &mut Raw) -> bool {
+        b.send(&query("select 1")).await;
+        if b.silent_for(Duration::from_millis(600)).await {
+            return false;
+        }
+        b.until_ready().await;
+        true
+    }
+    let pinned = |p: &Pooler| {
+        metric_or_zero(
+            &scrape(p),
+            "droidpool_pool_pinned_clients",
+            &[("database", "ss_unpin"), ("user", USER)],
+        )
+    };
+
+    // (A ParameterStatus may come before the CommandComplete.)
+    let got = a.query("SET search_path TO a_unpin, public").await;
+    assert!(tags(&got).ends_with("CZ"), "{}", tags(&got));
+    assert!(!b_runs(&mut b).await, "A's SET pins");
+    // B's query waits for A's server: A's own statements still run, in order, before B.
+    let got = a.query("RESET ALL").await;
+    assert!(tags(&got).ends_with("CZ"), "{}", tags(&got));
+    b.until_ready().await;
+    assert_eq!(pinned(&p), 0.0);
+    assert!(b_runs(&mut b).await, "RESET ALL ended the pin");
+
+    // A temp table, then RESET ALL: still pinned (the table is there).
+    assert_eq!(
+        tags(&a.query("create temp table t_unpin (a int)").await),
+        "CZ"
+    );
+    assert!(tags(&a.query("RESET ALL").await).ends_with("CZ"));
+    assert!(
+        !b_runs(&mut b).await,
+        "RESET ALL does not remove a temp table"
+    );
+    // DISCARD TEMP inside a block that rolls back: still pinned.
+    a.send(&batch(&[
+        query("BEGIN"),
+        query("DISCARD TEMP"),
+        query("ROLLBACK"),
+    ]))
+    .await;
+    for _ in 0..3 {
+        a.until_ready().await;
+    }
+    assert_eq!(
+        tags(&a.query("select count(*) from t_unpin").await),
+        "TDCZ",
+        "the rolled-back DISCARD TEMP left the table"
+    );
+    // A failed DISCARD ALL (in a block: 25001) keeps it too.
+    let got = a.query("BEGIN; DISCARD ALL").await;
+    assert!(tags(&got).contains('E'), "{}", tags(&got));
+    a.query("ROLLBACK").await;
+    assert_eq!(pinned(&p), 1.0);
+    // DISCARD ALL, alone: the pin ends and B gets the server.
+    assert_eq!(tags(&a.query("DISCARD ALL").await), "CZ");
+    b.until_ready().await;
+    assert!(b_runs(&mut b).await);
+    assert_eq!(pinned(&p), 0.0);
+    let got = b
+        .query("select count(*) from pg_class where relname = 't_unpin'")
+        .await;
+    assert_eq!(
+        first_col(&got[1]).as_deref(),
+        Some("0"),
+        "A's table reached B"
+    );
+}
