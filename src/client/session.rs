@@ -160,7 +160,10 @@ impl<'a> Session<'a> {
         self.check_killed()?;
         loop {
             if self.server.is_none() && self.relay.client_pending() == 0 {
-                self.wait_idle(close.as_mut()).await?;
+                match self.idle_timeout() {
+                    None => self.wait_readable(close.as_mut()).await?,
+                    Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
+                }
             }
             if Box::pin(self.rounds(close.as_mut())).await? == Flow::Quit {
                 return Ok(());
@@ -182,28 +185,41 @@ impl<'a> Session<'a> {
                 return Ok(flow);
             }
             if self.server.is_none() && self.relay.client_pending() == 0 {
-                self.wait_idle(close.as_mut()).await?;
+                match self.idle_timeout() {
+                    None => self.wait_readable(close.as_mut()).await?,
+                    Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
+                }
             }
         }
     }
 
-    /// Waits for the idle client to send something, its idle timeout, or shutdown (`close`:
-    /// the session's watch of [`crate::lifecycle::ClientShutdown::closing`]).
-    async fn wait_idle(&mut self, close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
+    /// `client.idle_timeout`, if one is set. Without one the idle wait is
+    /// [`Session::wait_readable`] itself, called directly: one future level less per
+    /// transaction.
+    fn idle_timeout(&self) -> Option<std::time::Duration> {
         let idle = self.shared.config.load().client.idle_timeout;
-        if !idle.is_zero() {
-            // Boxed: a timer is only carried by clients that have an idle timeout.
-            return match Box::pin(tokio::time::timeout(idle, self.wait_readable(close))).await {
-                Ok(r) => r,
-                Err(_) => Err(ClientError::Fatal {
-                    code: sqlstate::PROTOCOL_VIOLATION,
-                    message: "client_idle_timeout".into(),
-                }),
-            };
-        }
-        self.wait_readable(close).await
+        (!idle.is_zero()).then_some(idle)
     }
 
+    /// Waits for the idle client to send something within `idle` (its idle timeout), or
+    /// shutdown (`close`: the session's watch of
+    /// [`crate::lifecycle::ClientShutdown::closing`]).
+    async fn wait_idle(
+        &mut self,
+        close: Pin<&mut Watch<'_>>,
+        idle: std::time::Duration,
+    ) -> Result<(), ClientError> {
+        // Boxed: a timer is only carried by clients that have an idle timeout.
+        match Box::pin(tokio::time::timeout(idle, self.wait_readable(close))).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Fatal {
+                code: sqlstate::PROTOCOL_VIOLATION,
+                message: "client_idle_timeout".into(),
+            }),
+        }
+    }
+
+    /// Waits for the idle client to send something, or shutdown.
     async fn wait_readable(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
         loop {
             let client = &mut *self.client;
@@ -400,7 +416,15 @@ impl<'a> Session<'a> {
     /// back to the pool when the relay says the transaction is over, queued bytes to the
     /// client.
     pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
-        self.flush_server().await?;
+        // Most rounds that read a reply have nothing for the server: no write future then
+        // (TLS may still hold a record back, so it always goes through the flush).
+        if !self.relay.server_out().is_empty()
+            || self.server.as_ref().is_some_and(|s| s.stream.is_tls())
+        {
+            self.flush_server().await?;
+        } else {
+            self.relay.server_sent();
+        }
         self.maybe_release();
         self.relay.end_round();
         self.flush_client().await?;
