@@ -156,12 +156,15 @@ impl Session<'_> {
     /// reloaded mode or setting applies from this transaction on).
     fn hold(&mut self, conn: Server, now: Instant) {
         // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
-        let mode = self.pool.mode();
+        let (mode, state) = self.pool.policy_inputs();
         let generation = self.shared.config.generation() as u32;
-        let fresh = (self.policy_generation != generation || self.relay.policy().mode != mode)
+        let policy = self.relay.policy();
+        let fresh = (self.policy_generation != generation
+            || policy.mode != mode
+            || policy.session_setting != state)
             .then(|| {
                 self.policy_generation = generation;
-                Policy::new(&self.shared.config.load(), mode)
+                Policy::new(&self.shared.config.load(), mode, state)
             });
         self.relay.hold(&conn.state, fresh, now);
         Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());

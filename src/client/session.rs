@@ -98,7 +98,8 @@ impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let generation = shared.config.generation();
         let cfg = shared.config.load();
-        let policy = Policy::new(&cfg, login.pool.mode());
+        let (mode, state) = login.pool.policy_inputs();
+        let policy = Policy::new(&cfg, mode, state);
         let relay = Relay::new(
             login.id,
             login.params,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::PoolMode;
+use super::{PoolMode, SessionState};
 
 /// Which servers a pool may use, with libpq's names and meanings (libpq, "Connection
 /// Parameters", `target_session_attrs`).
@@ -128,6 +128,8 @@ pub struct DatabaseConfig {
     pub pool_size: Option<usize>,
     /// Default `pool.mode`.
     pub mode: Option<PoolMode>,
+    /// Default `pool.session_state`.
+    pub session_state: Option<SessionState>,
 }
 
 /// What the pooler does while no host fits.

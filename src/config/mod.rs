@@ -77,6 +77,15 @@ pub enum SessionState {
 }
 
 impl SessionState {
+    /// The value named `s` (`off`, `pin`), as the configuration file spells it.
+    pub fn parse(s: &str) -> Option<SessionState> {
+        match s {
+            "off" => Some(SessionState::Off),
+            "pin" => Some(SessionState::Pin),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SessionState::Off => "off",

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Config, ConfigError, PoolMode};
+use super::{Config, ConfigError, PoolMode, SessionState};
 
 /// The largest peer id: 14 bits of a cancel key's process id carry it.
 pub const MAX_PEER_ID: u16 = 16_383;
@@ -38,6 +38,9 @@ pub struct UserConfig {
     /// Server connections across all pools of this user (`pool.max_user_connections`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_user_connections: Option<usize>,
+    /// Session state in this user's pools (`pool.session_state`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_state: Option<SessionState>,
 }
 
 /// A pooler that cancel requests may be forwarded to.

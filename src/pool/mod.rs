@@ -209,7 +209,8 @@ struct PoolInner {
     user: String,
     /// The auth_query lookup pool (its mode label is `lookup`).
     lookup: bool,
-    /// `settings.mode`, readable per transaction without the settings lock.
+    /// `settings.mode` (low four bits) and `settings.session_state` (high four), readable
+    /// per transaction without the settings lock.
     pool_mode: std::sync::atomic::AtomicU8,
     /// `shutdown` has fired, as the maintenance task saw it (set before it closes the idle
     /// servers): one atomic load per checkin, where the token's own check takes a lock.
@@ -241,7 +242,7 @@ impl Pool {
                 capacity: capacity::Capacity::new(settings.size),
                 reserve: capacity::Capacity::new(settings.reserve_size),
                 target,
-                pool_mode: std::sync::atomic::AtomicU8::new(settings.mode as u8),
+                pool_mode: std::sync::atomic::AtomicU8::new(policy_byte(&settings)),
                 settings: Mutex::new(settings),
                 state: Mutex::new(PoolState::new(route, limits.len())),
                 limits,
@@ -287,12 +288,23 @@ impl Pool {
 
     /// The pooling mode in force (read per transaction: no lock).
     pub fn mode(&self) -> crate::config::PoolMode {
-        use crate::config::PoolMode;
-        match self.inner.pool_mode.load(Ordering::Relaxed) {
+        self.policy_inputs().0
+    }
+
+    /// The pool's mode and `pool.session_state`, with one atomic load (every checkout).
+    pub fn policy_inputs(&self) -> (crate::config::PoolMode, crate::config::SessionState) {
+        use crate::config::{PoolMode, SessionState};
+        let b = self.inner.pool_mode.load(Ordering::Relaxed);
+        let mode = match b & 0x0f {
             m if m == PoolMode::Session as u8 => PoolMode::Session,
             m if m == PoolMode::Statement as u8 => PoolMode::Statement,
             _ => PoolMode::Transaction,
-        }
+        };
+        let state = match b >> 4 {
+            s if s == SessionState::Pin as u8 => SessionState::Pin,
+            _ => SessionState::Off,
+        };
+        (mode, state)
     }
 
     /// The settings in force.
@@ -315,7 +327,7 @@ impl Pool {
                 .unwrap_or_else(|p| p.into_inner());
             self.inner
                 .pool_mode
-                .store(new.mode as u8, Ordering::Relaxed);
+                .store(policy_byte(&new), Ordering::Relaxed);
             std::mem::replace(&mut *s, new)
         };
         if new.size != old.size {
@@ -884,6 +896,11 @@ impl Drop for PoolClient {
             }
         }
     }
+}
+
+/// The pool's mode and session-state setting packed in one byte ([`Pool::policy_inputs`]).
+fn policy_byte(s: &PoolSettings) -> u8 {
+    (s.mode as u8 & 0x0f) | ((s.session_state as u8) << 4)
 }
 
 /// Says goodbye to a server politely; it is closed either way when dropped.

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use super::PoolKey;
-use crate::config::{Config, HostAddr, LoadBalanceHosts, PoolMode, TargetSessionAttrs};
+use crate::config::{
+    Config, HostAddr, LoadBalanceHosts, PoolMode, SessionState, TargetSessionAttrs,
+};
 
 /// Settings a pool reads; resolved when the pool is made and again at each reload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,6 +23,8 @@ pub struct PoolSettings {
     pub lifetime_jitter: f64,
     /// The pooling mode of the pool's transactions (from the next transaction on).
     pub mode: PoolMode,
+    /// What transaction pooling does with session state (`pool.session_state`).
+    pub session_state: SessionState,
     /// How long a transaction waits while no host fits (0: refused at once); never longer
     /// than `query_wait_timeout`.
     pub hold_timeout: Duration,
@@ -46,6 +50,7 @@ impl PoolSettings {
             lifetime: cfg.server.lifetime,
             lifetime_jitter: cfg.server.lifetime_jitter,
             mode: cfg.pool.mode,
+            session_state: cfg.pool.session_state,
             hold_timeout: if wait.is_zero() { hold } else { hold.min(wait) },
             reserve_size: cfg.pool.reserve_size,
             reserve_timeout: cfg.pool.reserve_timeout,
@@ -97,10 +102,12 @@ pub fn resolve(cfg: &Config, key: &PoolKey) -> Resolved {
     if let Some(a) = alias {
         settings.size = a.pool_size.unwrap_or(settings.size);
         settings.mode = a.mode.unwrap_or(settings.mode);
+        settings.session_state = a.session_state.unwrap_or(settings.session_state);
     }
     if let Some(u) = cfg.users.get(&key.user) {
         settings.size = u.pool_size.unwrap_or(settings.size);
         settings.mode = u.mode.unwrap_or(settings.mode);
+        settings.session_state = u.session_state.unwrap_or(settings.session_state);
     }
     let s = &cfg.server;
     let route = RouteSpec {
@@ -191,6 +198,7 @@ mod tests {
                 pool_size: Some(5),
                 mode: Some(PoolMode::Statement),
                 max_user_connections: None,
+                session_state: Some(SessionState::Pin),
             },
         );
         let user_first = resolve(&with_user, &key("app_ro"));

@@ -30,6 +30,8 @@ pub struct Policy {
     pub tracking: bool,
     /// What a statement that creates session state does.
     pub session_state: StateRule,
+    /// The `pool.session_state` it was made from (with `mode`, what a checkout compares).
+    pub session_setting: SessionState,
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
@@ -47,13 +49,14 @@ fn millis(d: Duration) -> u32 {
 }
 
 impl Policy {
-    /// The policy for a pool in `mode` under `cfg`.
-    pub fn new(cfg: &Config, mode: PoolMode) -> Policy {
+    /// The policy for a pool in `mode` with `pool.session_state` `state` under `cfg`.
+    pub fn new(cfg: &Config, mode: PoolMode, state: SessionState) -> Policy {
         let p = &cfg.pool;
         Policy {
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
-            session_state: match (p.session_state, mode) {
+            session_setting: state,
+            session_state: match (state, mode) {
                 (SessionState::Off, _) | (_, PoolMode::Session) => StateRule::Forward,
                 (SessionState::Pin, PoolMode::Transaction) => StateRule::Pin,
                 (SessionState::Pin, PoolMode::Statement) => StateRule::Refuse,

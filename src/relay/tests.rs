@@ -42,7 +42,7 @@ impl Wire {
 }
 
 fn relay(mode: PoolMode) -> Relay {
-    let policy = Policy::new(&Config::default(), mode);
+    let policy = Policy::new(&Config::default(), mode, Default::default());
     let metrics = std::sync::Arc::new(Metrics::new());
     let events = Events::new(EventLevel::Off);
     Relay::new(

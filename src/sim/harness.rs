@@ -321,7 +321,7 @@ impl<'p> Sim<'p> {
         }
         // Small buffers, so that large values go through the pieces path.
         cfg.client.buffer_size = 8 * 1024;
-        let policy = Policy::new(&cfg, setup.mode);
+        let policy = Policy::new(&cfg, setup.mode, cfg.pool.session_state);
         let events = Events::new(EventLevel::Off);
         let clients = program
             .clients

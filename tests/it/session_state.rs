@@ -354,3 +354,37 @@ async fn a_pin_ends_when_the_client_removes_its_state() {
         "A's table reached B"
     );
 }
+
+/// `session_state` per `databases:` alias and per `users:` entry, over `pool.session_state`
+/// (`off` here): through the pinning alias a `SET` keeps the only server; through the plain
+/// database it does not; the user's value comes over the alias's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_state_per_database_and_per_user() {
+    use crate::support::raw::{tags, Raw};
+    let pg = support::shared();
+    create_db(pg, "ss_per");
+    let yaml = "pool:\n  size: 1\n  mode: transaction\n  query_wait_timeout: 20s\n\
+                databases:\n  ss_per_pin:\n    dbname: ss_per\n    session_state: pin\n";
+    let p = block_in_place(|| Pooler::start_with_config(pg, yaml, &[]));
+    // Whether `b` runs a query while `a` stays connected after its SET.
+    async fn set_keeps_server(p: &Pooler, db: &str) -> bool {
+        let mut a = Raw::connect(p.port(), USER, db).await;
+        let mut b = Raw::connect(p.port(), USER, db).await;
+        assert!(tags(&a.query("SET search_path TO per_x, public").await).ends_with("CZ"));
+        b.send(&crate::support::raw::query("select 1")).await;
+        let kept = b.silent_for(Duration::from_millis(600)).await;
+        drop(a);
+        b.until_ready().await;
+        kept
+    }
+    assert!(set_keeps_server(&p, "ss_per_pin").await, "the alias pins");
+    assert!(!set_keeps_server(&p, "ss_per").await, "the default is off");
+
+    // A users: entry overrides the alias (the shared pooler's user settings).
+    let yaml = format!("{yaml}users:\n  {USER}:\n    session_state: \"off\"\n");
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    assert!(
+        !set_keeps_server(&p, "ss_per_pin").await,
+        "the user's off wins"
+    );
+}

@@ -23,6 +23,10 @@ pub const DEFAULT_IMAGE: &str = "ghcr.io/droid-pool/droid-pool:0.1.0";
 
 /// A duration in the pooler's notation: digits and a unit, repeated (`250ms`, `30s`, `1m30s`).
 pub(crate) const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
+/// `pool.session_state`'s values. A string with a pattern rather than an enum: YAML 1.1 (the
+/// API server's) reads a bare `off` in an enum list as false; in a resource, quote it or omit
+/// it (the default).
+pub(crate) const SESSION_STATE_PATTERN: &str = r"^(off|pin)$";
 /// The name of another object of the namespace (RFC 1123 subdomain, Kubernetes' own rule):
 /// never a path, so a name cannot reach into another namespace.
 pub const DNS_SUBDOMAIN: &str =
@@ -100,6 +104,9 @@ pub struct PoolConfigSpec {
     /// Track named prepared statements across server connections (transaction mode).
     #[serde(default)]
     pub track_prepared: bool,
+    /// Transaction pooling's handling of session state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolSpec>,
     /// Client connections each pooler accepts at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000000))]
@@ -138,6 +145,18 @@ pub struct PoolConfigSpec {
     pub failover: Option<FailoverSpec>,
     /// Where the settings go: sidecars that mount a ConfigMap, or poolers this operator deploys.
     pub target: Target,
+}
+
+/// Transaction pooling's handling of what clients leave on their server connection.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpec {
+    /// `off` (default: forwarded as it is) or `pin` (a client that creates session state, a
+    /// SET, a temp table, an advisory lock..., keeps its server connection until it removes
+    /// that state or leaves; in statement mode such statements are refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
+    pub session_state: Option<String>,
 }
 
 /// How long a client keeps a server connection.
@@ -232,6 +251,11 @@ pub struct DatabaseSpec {
     pub pool_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// Session state in this database's pools (`off` or `pin`); default
+    /// `spec.pool.sessionState`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
+    pub session_state: Option<String>,
 }
 
 /// What the poolers do while no server host fits.

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Mode, DNS_SUBDOMAIN, DURATION_PATTERN, SECRET_KEY};
+use super::{Mode, DNS_SUBDOMAIN, DURATION_PATTERN, SECRET_KEY, SESSION_STATE_PATTERN};
 
 /// Limits across the pools of each pooler.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -61,6 +61,10 @@ pub struct UserSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000))]
     pub max_user_connections: Option<u32>,
+    /// Session state in this user's pools (`off` or `pin`); default `spec.pool.sessionState`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
+    pub session_state: Option<String>,
 }
 
 /// A Secret key holding a PgBouncer users file (`"user" "SCRAM-SHA-256$..."` per line),

@@ -73,6 +73,7 @@ pub fn failover(c: &mut Config, spec: &PoolConfigSpec, facts: Facts) -> Result<(
             load_balance_hosts: d.load_balance_hosts,
             pool_size: d.pool_size.map(|n| n as usize),
             mode: d.mode.map(pool_mode),
+            session_state: super::session_state("spec.databases.*.sessionState", &d.session_state)?,
         };
         c.databases.insert(alias.clone(), db);
     }

@@ -44,6 +44,8 @@ pub enum RenderError {
     PoolSizeChoice,
     #[error("{field}: {value:?} is not a duration such as 30s, 250ms or 1m30s")]
     Duration { field: &'static str, value: String },
+    #[error("{field}: {value:?} is not a session state (off or pin)")]
+    SessionState { field: &'static str, value: String },
     #[error(
         "spec.maxServerConnections with a sidecar target needs spec.target.sidecar.podSelector \
          to count the pods that share the budget"
@@ -270,6 +272,23 @@ fn duration(field: &'static str, value: &Option<String>) -> Result<Option<Durati
         .transpose()
 }
 
+/// A `sessionState` value (`off`, `pin`; the schema's pattern checks it on servers that
+/// enforce it, this on any).
+pub(super) fn session_state(
+    field: &'static str,
+    value: &Option<String>,
+) -> Result<Option<config::SessionState>, RenderError> {
+    value
+        .as_deref()
+        .map(|v| {
+            config::SessionState::parse(v).ok_or_else(|| RenderError::SessionState {
+                field,
+                value: v.to_owned(),
+            })
+        })
+        .transpose()
+}
+
 /// The pooler's typed config for this spec: the defaults, overridden by what the spec sets.
 pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, RenderError> {
     let deployed = matches!(spec.target, Target::Deployment(_));
@@ -294,6 +313,10 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     c.pool.size = pool_size as usize;
     c.pool.mode = failover::pool_mode(spec.mode);
     c.pool.track_prepared = spec.track_prepared;
+    let pool_state = spec.pool.as_ref().and_then(|p| p.session_state.clone());
+    if let Some(state) = session_state("spec.pool.sessionState", &pool_state)? {
+        c.pool.session_state = state;
+    }
     if let Some(n) = spec.max_client_connections {
         c.client.max_connections = n as usize;
     }

@@ -45,6 +45,7 @@ pub(super) fn limits(c: &mut Config, spec: &PoolConfigSpec) -> Result<(), Render
                 pool_size: n(u.pool_size),
                 mode: u.mode.map(mode),
                 max_user_connections: n(u.max_user_connections),
+                session_state: super::session_state("spec.users.*.sessionState", &u.session_state)?,
             },
         );
     }

@@ -544,3 +544,35 @@ fn pod_template_and_service_settings_reach_the_objects() {
         Err(RenderError::TrafficPolicyOnClusterIp)
     ));
 }
+
+/// `spec.pool.sessionState` and the per-user and per-database values reach the pooler's
+/// configuration; a value the schema's pattern would refuse is refused here too.
+#[test]
+fn session_state_is_rendered_per_pool_user_and_database() {
+    let spec = deployed(
+        "pool: {sessionState: pin}\nusers: {batch: {sessionState: \"off\"}}\n\
+         databases: {reports: {sessionState: pin}}\n",
+    );
+    let c = render(&spec, 1).unwrap().config;
+    assert_eq!(c.pool.session_state, config::SessionState::Pin);
+    assert_eq!(
+        c.users["batch"].session_state,
+        Some(config::SessionState::Off)
+    );
+    assert_eq!(
+        c.databases["reports"].session_state,
+        Some(config::SessionState::Pin)
+    );
+    assert_eq!(
+        render(&deployed(""), 1).unwrap().config.pool.session_state,
+        config::SessionState::Off
+    );
+    let bad = deployed("pool: {sessionState: track-everything}\n");
+    assert!(matches!(
+        render(&bad, 1).unwrap_err(),
+        RenderError::SessionState {
+            field: "spec.pool.sessionState",
+            ..
+        }
+    ));
+}
