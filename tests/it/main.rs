@@ -1,6 +1,7 @@
 mod admin;
 mod badinput;
 mod codec;
+mod conformance;
 mod console;
 mod core;
 mod differential;
