@@ -163,7 +163,13 @@ impl Relay {
             policy,
             tracking_wanted: policy.tracking,
             client: ClientSide {
-                cbuf: leftover,
+                // An empty leftover still holds the login's read buffer: not kept by an idle
+                // client.
+                cbuf: if leftover.is_empty() {
+                    BytesMut::new()
+                } else {
+                    leftover
+                },
                 params,
                 ..ClientSide::default()
             },

@@ -134,3 +134,40 @@ fn a_session_client_sees_its_backend_end() {
     assert_eq!(to_client[answered], backend::ERROR_RESPONSE_TAG);
     assert!(srv.rbuf.is_empty());
 }
+
+/// A client that sent nothing after its startup packet keeps no buffer: the login's read
+/// buffer is not carried into the session (it would cost every idle client its capacity).
+#[test]
+fn an_idle_client_keeps_no_login_buffer() {
+    let policy = Policy::new(
+        &Config::default(),
+        PoolMode::Transaction,
+        Default::default(),
+    );
+    let metrics = std::sync::Arc::new(Metrics::new());
+    let events = Events::new(EventLevel::Off);
+    let login_buf = BytesMut::with_capacity(8192);
+    let mut r = Relay::new(
+        1,
+        ClientParams::default(),
+        policy,
+        login_buf,
+        metrics.clone(),
+        events,
+    );
+    assert_eq!(r.client_in().capacity(), 0);
+    let mut leftover = BytesMut::with_capacity(8192);
+    frontend::query(&mut leftover, "select 1");
+    let mut r = Relay::new(
+        2,
+        ClientParams::default(),
+        policy,
+        leftover,
+        metrics,
+        events,
+    );
+    assert!(
+        r.client_pending() > 0,
+        "bytes sent behind the startup packet are kept"
+    );
+}
