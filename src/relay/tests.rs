@@ -158,7 +158,7 @@ fn an_idle_client_keeps_no_login_buffer() {
     assert_eq!(r.client_in().capacity(), 0);
     let mut leftover = BytesMut::with_capacity(8192);
     frontend::query(&mut leftover, "select 1");
-    let mut r = Relay::new(
+    let r = Relay::new(
         2,
         ClientParams::default(),
         policy,
