@@ -103,6 +103,13 @@ async fn cancel_sent_to_another_peer_reaches_its_client() {
     client.send(&query("select 1")).await;
     assert!(client.until_ready().await.len() >= 3, "the session goes on");
 
+    // A counts its cancel once PostgreSQL has closed the cancel connection, which may come
+    // a moment after the client's 57014: wait for the counts, briefly.
+    let settled = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < settled && (cancels(&a, "local") < 1.0 || cancels(&b, "forwarded") < 2.0)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         cancels(&b, "forwarded"),
         2.0,
