@@ -36,7 +36,10 @@ impl Session<'_> {
         }
         match self.pool.try_checkout(started) {
             // One idle past server.check_delay is checked first, on the waiting path.
-            Some(conn) if !conn.check_due && conn.in_sync_with(self.relay.params()) => {
+            Some(conn)
+                if !conn.check_due
+                    && conn.in_sync_with(self.relay.params(), self.relay.settings()) =>
+            {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 Ok(())
@@ -89,7 +92,7 @@ impl Session<'_> {
                 }
             };
             // The common case after a wait, without entering the check's or the sync's future.
-            if !c.check_due && c.in_sync_with(self.relay.params()) {
+            if !c.check_due && c.in_sync_with(self.relay.params(), self.relay.settings()) {
                 self.hold_taken(c, started);
                 return Ok(());
             }

@@ -73,6 +73,7 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
             // DISCARD ALL (the default) drops every prepared statement and setting.
             conn.statements.clear();
             conn.applied = Default::default();
+            conn.settings.clear_all();
             pool.checkin(conn)
         }
         _ => pool.discard(conn, CloseReason::ResetFailed),

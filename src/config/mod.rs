@@ -74,14 +74,20 @@ pub enum SessionState {
     /// server until it leaves; the server is then reset (`pool.reset_query`) or closed. In
     /// statement mode those statements are refused (0A000).
     Pin,
+    /// Settings (`SET`, `RESET`, `set_config(.., .., false)`) are tracked with PostgreSQL's
+    /// transaction semantics and brought onto every server the client gets, and taken off
+    /// again for the next client; what cannot be moved pins (transaction mode) or is refused
+    /// (statement mode), as with `pin`.
+    Track,
 }
 
 impl SessionState {
-    /// The value named `s` (`off`, `pin`), as the configuration file spells it.
+    /// The value named `s` (`off`, `pin`, `track`), as the configuration file spells it.
     pub fn parse(s: &str) -> Option<SessionState> {
         match s {
             "off" => Some(SessionState::Off),
             "pin" => Some(SessionState::Pin),
+            "track" => Some(SessionState::Track),
             _ => None,
         }
     }
@@ -90,6 +96,7 @@ impl SessionState {
         match self {
             SessionState::Off => "off",
             SessionState::Pin => "pin",
+            SessionState::Track => "track",
         }
     }
 }

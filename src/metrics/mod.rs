@@ -41,6 +41,9 @@ pub struct ClientMetrics {
     pub shed: IntCounterVec,
     /// Clients pinned to their server by session state (`pool.session_state: pin`), by reason.
     pub session_pins: IntCounterVec,
+    /// Session state the pooler brought onto a client's new server
+    /// (`pool.session_state: track`), by kind (setting: one per setting replayed).
+    pub session_replays: IntCounterVec,
     /// Errors the pooler itself answered, by SQLSTATE class (two characters).
     pub pooler_errors: IntCounterVec,
     /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
@@ -172,6 +175,12 @@ impl Metrics {
                 "droidpool_session_pins_total",
                 "Clients pinned to their server by the session state they created, by reason.",
                 &["reason"],
+            ),
+            session_replays: counter_vec(
+                &r,
+                "droidpool_session_replays_total",
+                "Session state replayed onto a client's new server, by kind.",
+                &["kind"],
             ),
             shed: counter_vec(
                 &r,

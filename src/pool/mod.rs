@@ -302,6 +302,7 @@ impl Pool {
         };
         let state = match b >> 4 {
             s if s == SessionState::Pin as u8 => SessionState::Pin,
+            s if s == SessionState::Track as u8 => SessionState::Track,
             _ => SessionState::Off,
         };
         (mode, state)

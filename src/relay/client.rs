@@ -90,7 +90,8 @@ impl Relay {
                 if self.policy.session_state == StateRule::Refuse
                     && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
                 {
-                    if let Some(fields) = state_refusal(tag, &self.client.cbuf[..seen]) {
+                    let track = self.policy.track_settings;
+                    if let Some(fields) = state_refusal(tag, &self.client.cbuf[..seen], track) {
                         self.metrics.pooler_error(&fields.code);
                         self.refuse(tag, &fields);
                         continue;
@@ -342,11 +343,14 @@ impl Relay {
         total: usize,
         io: &mut I,
     ) -> Result<bool, ClientFault> {
-        if self.policy.session_state != StateRule::Forward
-            && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
-            && self.on_state(srv, tag, msg)
-        {
-            return Ok(false);
+        if self.policy.session_state != StateRule::Forward {
+            if tag == f::QUERY_TAG || tag == f::PARSE_TAG {
+                if self.on_state(srv, tag, msg, msg.len() == total) {
+                    return Ok(false);
+                }
+            } else if self.client.log.is_some() {
+                self.note_extended(tag, msg);
+            }
         }
         match tag {
             f::QUERY_TAG => self.forward(srv, msg, Request::Query, total, io),

@@ -23,6 +23,7 @@ mod settle;
 #[cfg(test)]
 mod tests;
 mod timeouts;
+mod track;
 mod tracking;
 
 pub use error::{ClientFault, RelayError, ServerFault};
@@ -92,6 +93,9 @@ struct ClientSide {
     params: ClientParams,
     /// The session state it created on its server, which keeps it there (`pin.reason`).
     pin: pin::Pinning,
+    /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
+    /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
+    log: Option<Box<track::Log>>,
 }
 
 /// The batch in flight on the held server.

@@ -72,17 +72,22 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
     }
 }
 
-/// The first pin the statements of `sql` make, if any. A failed or rolled-back statement
-/// pins too: pinning more than needed costs a server, never correctness.
-pub(super) fn pin_of(sql: &[u8]) -> Option<Pin> {
+/// The first pin the statements of `sql` make, if any (`track`: settings are followed, not
+/// pinned). A failed or rolled-back statement pins too: pinning more than needed costs a
+/// server, never correctness.
+pub(super) fn pin_of(sql: &[u8], track: bool) -> Option<Pin> {
     let mut found = Vec::new();
     effects(sql, &mut found);
-    found.into_iter().find_map(|(_, e)| pin_for(&e))
+    found.into_iter().find_map(|(_, e)| pin_for(&e, track))
 }
 
-fn pin_for(e: &Effect) -> Option<Pin> {
+fn pin_for(e: &Effect, track: bool) -> Option<Pin> {
     match e {
+        Effect::Set { name, .. } if track => {
+            super::track::pins_setting(name).then_some(Pin::State(PinReason::Role))
+        }
         Effect::Set { .. } => Some(Pin::Setting),
+        Effect::Prepare { .. } if track => None,
         Effect::Prepare { .. } => Some(Pin::Prepare),
         Effect::Listen { .. } => Some(Pin::Listen),
         Effect::Pin(r) => Some(Pin::State(*r)),
@@ -189,13 +194,17 @@ impl Pinning {
 
 /// Statement mode's answer to a Query or Parse whose text creates session state: 0A000, as
 /// PgBouncer answers a transaction block there. `None` for any other statement.
-pub(super) fn state_refusal(tag: u8, msg: &[u8]) -> Option<ErrorFields> {
-    let pin = pin_of(sql_of(tag, msg))?;
+pub(super) fn state_refusal(tag: u8, msg: &[u8], track: bool) -> Option<ErrorFields> {
+    refusal(pin_of(sql_of(tag, msg), track)?, track)
+}
+
+fn refusal(pin: Pin, track: bool) -> Option<ErrorFields> {
     let mut fields = error_fields(
         sqlstate::FEATURE_NOT_SUPPORTED,
         format!(
-            "{} is not allowed in statement pooling mode (pool.session_state: pin)",
-            pin.what()
+            "{} is not allowed in statement pooling mode (pool.session_state: {})",
+            pin.what(),
+            if track { "track" } else { "pin" }
         ),
     );
     fields.hint = Some("use transaction pooling, where it pins the client to its server".into());
@@ -204,14 +213,30 @@ pub(super) fn state_refusal(tag: u8, msg: &[u8]) -> Option<ErrorFields> {
 
 impl Relay {
     /// A Query or Parse on held server `srv` under a policy that reads statements for session
-    /// state: pins the client (transaction mode) or refuses the message (statement mode).
-    /// Returns whether it was refused (then it is not sent).
-    pub(super) fn on_state(&mut self, srv: &mut ServerState, tag: u8, msg: &[u8]) -> bool {
+    /// state: follows its settings (`track`), pins the client (transaction mode) or refuses
+    /// the message (statement mode). `whole`: `msg` is all of the message. Returns whether
+    /// it was refused (then it is not sent).
+    pub(super) fn on_state(
+        &mut self,
+        srv: &mut ServerState,
+        tag: u8,
+        msg: &[u8],
+        whole: bool,
+    ) -> bool {
+        let mut found = Vec::new();
+        effects(sql_of(tag, msg), &mut found);
+        let track = self.policy.track_settings;
+        let unfollowed = if track {
+            self.note_settings(tag, msg, whole, &found)
+        } else {
+            None
+        };
         if self.policy.session_state == StateRule::Pin {
-            self.check_pin(srv, tag, msg);
+            self.check_pin(srv, tag, &found, unfollowed);
             return false;
         }
-        let Some(fields) = state_refusal(tag, msg) else {
+        let first = unfollowed.or_else(|| found.iter().find_map(|(_, e)| pin_for(e, track)));
+        let Some(fields) = first.and_then(|p| refusal(p, track)) else {
             return false;
         };
         self.metrics.pooler_error(&fields.code);
@@ -229,15 +254,21 @@ impl Relay {
         true
     }
 
-    /// Pins the client to `srv` if the Query or Parse `msg` creates session state (pinning
-    /// policy only; the first pin is the one reported). A pinned client's simple Query that
+    /// Pins the client to `srv` if the Query or Parse whose effects are `found` creates
+    /// session state (pinning policy only; the first pin is the one reported), or if
+    /// `unfollowed` (a setting `track` could not follow). A pinned client's simple Query that
     /// removes all of a kind of state (`DISCARD ALL`, `RESET ALL`, `DEALLOCATE ALL`, `CLOSE
     /// ALL`, `UNLISTEN *`, `pg_advisory_unlock_all()`, `DISCARD TEMP`) outside a transaction
     /// block ends the pin once it succeeds and nothing else is left. A Parse never does: its
     /// statement may never be executed.
-    pub(super) fn check_pin(&mut self, srv: &ServerState, tag: u8, msg: &[u8]) {
-        let mut found = Vec::new();
-        effects(sql_of(tag, msg), &mut found);
+    pub(super) fn check_pin(
+        &mut self,
+        srv: &ServerState,
+        tag: u8,
+        found: &[(usize, Effect)],
+        unfollowed: Option<Pin>,
+    ) {
+        let track = self.policy.track_settings;
         let pin = &mut self.client.pin;
         // Removal counts only for a Query run alone (nothing else in flight) outside a
         // transaction block: then its success, seen at its ReadyForQuery, is final.
@@ -248,9 +279,13 @@ impl Relay {
             && !found.iter().any(|(_, e)| opens_block(e));
         let mut left = pin.pending.unwrap_or(pin.kinds);
         let mut removes = false;
-        let mut first = None;
-        for (_, e) in &found {
-            if let Some(p) = pin_for(e) {
+        let mut first = unfollowed;
+        if let Some(p) = unfollowed {
+            pin.kinds |= kind_of(p);
+            left |= kind_of(p);
+        }
+        for (_, e) in found {
+            if let Some(p) = pin_for(e, track) {
                 pin.kinds |= kind_of(p);
                 left |= kind_of(p);
                 first = first.or(Some(p));
@@ -263,20 +298,30 @@ impl Relay {
         if removes || pin.pending.is_some() {
             pin.pending = Some(left);
         }
-        if pin.reason.is_some() {
+        if let Some(p) = first {
+            self.pin_to(srv.id, p);
+        }
+    }
+
+    /// Pins the client to server `server` for `pin`, unless it is pinned already (the first
+    /// pin is the one reported).
+    pub(super) fn pin_to(&mut self, server: u64, pin: Pin) {
+        let state = &mut self.client.pin;
+        state.kinds |= kind_of(pin);
+        if let Some(left) = &mut state.pending {
+            *left |= kind_of(pin);
+        }
+        if state.reason.is_some() {
             return;
         }
-        let Some(pin) = first else {
-            return;
-        };
-        self.client.pin.reason = Some(pin);
-        self.client.pin.changed = true;
+        state.reason = Some(pin);
+        state.changed = true;
         self.metrics
             .clients
             .session_pins
             .with_label_values(&[pin.label()])
             .inc();
-        self.events.client_pinned(self.id, srv.id, pin.label());
+        self.events.client_pinned(self.id, server, pin.label());
     }
 
     /// Why the client keeps its server, if it does.
@@ -318,7 +363,7 @@ mod tests {
             ),
         ];
         for (sql, pin) in pins {
-            assert_eq!(pin_of(sql.as_bytes()), Some(pin), "{sql}");
+            assert_eq!(pin_of(sql.as_bytes(), false), Some(pin), "{sql}");
         }
         for sql in [
             "select 'SET search_path TO a'",
@@ -327,7 +372,7 @@ mod tests {
             "select pg_advisory_xact_lock(1)",
             "begin; select 1; commit",
         ] {
-            assert_eq!(pin_of(sql.as_bytes()), None, "{sql}");
+            assert_eq!(pin_of(sql.as_bytes(), false), None, "{sql}");
         }
     }
 

@@ -13,9 +13,11 @@ pub enum StateRule {
     /// Forwarded as it is: session mode (the client owns its server), or
     /// `pool.session_state: off`.
     Forward,
-    /// Pins the client to its server (transaction mode with `pin`).
+    /// Pins the client to its server (transaction mode with `pin`, or `track` for what it
+    /// cannot replay).
     Pin,
-    /// Refused with 0A000 (statement mode with `pin`): no server outlives a statement there,
+    /// Refused with 0A000 (statement mode with `pin`, or `track` for what it cannot
+    /// replay): no server outlives a statement there,
     /// as transaction blocks are refused.
     Refuse,
 }
@@ -32,6 +34,8 @@ pub struct Policy {
     pub session_state: StateRule,
     /// The `pool.session_state` it was made from (with `mode`, what a checkout compares).
     pub session_setting: SessionState,
+    /// Settings made by SQL are followed and replayed (`track`, pooled modes).
+    pub track_settings: bool,
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
@@ -56,10 +60,11 @@ impl Policy {
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
             session_setting: state,
+            track_settings: state == SessionState::Track && mode != PoolMode::Session,
             session_state: match (state, mode) {
                 (SessionState::Off, _) | (_, PoolMode::Session) => StateRule::Forward,
-                (SessionState::Pin, PoolMode::Transaction) => StateRule::Pin,
-                (SessionState::Pin, PoolMode::Statement) => StateRule::Refuse,
+                (_, PoolMode::Transaction) => StateRule::Pin,
+                (_, PoolMode::Statement) => StateRule::Refuse,
             },
             limits: [
                 small(p.max_prepared_statements),

@@ -294,6 +294,7 @@ impl Relay {
         if failed {
             // Nothing a failed batch would have removed counts.
             self.client.pin.on_error();
+            self.note_settings_error();
         }
         let mut substitute = None;
         if let Some(done) = step.completed.take() {
@@ -369,6 +370,9 @@ impl Relay {
             }
         }
         if step.ready && srv.replies.is_empty() {
+            if self.client.log.is_some() {
+                self.settle_settings(srv);
+            }
             if self.client.pin.has_pending() {
                 self.client.pin.on_ready(self.batch.status == b::TX_IDLE);
             }

@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use super::{HostRecord, Replies};
 use crate::params::{ClientParams, Params, SettingsKey};
 use crate::prepared::ServerStatements;
+use crate::session_state::settings::Settings;
 
 /// The protocol state of one server connection.
 #[derive(Debug, Default)]
@@ -30,6 +31,9 @@ pub struct ServerState {
     in_sync: Option<SettingsKey>,
     /// Settings a client sync applied that the server does not report.
     pub applied: Params,
+    /// Settings made by SQL that it holds (`pool.session_state: track`): its client's, or
+    /// those a sync replayed; the next client's sync takes them off.
+    pub settings: Settings,
     /// The host it is connected to (set once the login fits), which its reports keep current.
     pub host: Option<Arc<HostRecord>>,
     /// It answered a statement with 25006 (read-only transaction): before another client
@@ -63,11 +67,13 @@ impl ServerState {
         self.in_sync = None;
     }
 
-    /// Whether a client with `client`'s settings needs no sync here: an earlier check found
+    /// Whether a client with `client`'s settings (and `settings` made by SQL) needs no sync here: an earlier check found
     /// none needed for the same settings and nothing reported since has changed. Saves
     /// comparing every setting on each checkout.
-    pub fn in_sync_with(&self, client: &ClientParams) -> bool {
-        self.applied.is_empty() && self.in_sync.as_ref().is_some_and(|k| client.has_key(k))
+    pub fn in_sync_with(&self, client: &ClientParams, settings: &Settings) -> bool {
+        self.applied.is_empty()
+            && self.settings == *settings
+            && self.in_sync.as_ref().is_some_and(|k| client.has_key(k))
     }
 
     /// Remembers that a client with `client`'s settings needed no sync here.

@@ -353,9 +353,31 @@ fn create(mut t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
     if n.is_some_and(|n| n.is("global") || n.is("local")) {
         n = t.next();
     }
-    if n.is_some_and(|n| n.is("temp") || n.is("temporary")) {
+    if n.is_some_and(|n| n.is("temp") || n.is("temporary")) && !drops_at_commit(t) {
         emit(Effect::Pin(PinReason::TempTable));
     }
+}
+
+/// Whether a `CREATE TEMP ...` says `ON COMMIT DROP` (before the `AS` of a `CREATE TABLE
+/// AS`, outside parentheses): the table ends with its transaction and is no session state.
+fn drops_at_commit(t: Tokens<'_>) -> bool {
+    let mut depth = 0u32;
+    let mut last = [false; 2]; // the two words before: ON, COMMIT
+    for tok in t {
+        match tok {
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => depth = depth.saturating_sub(1),
+            _ if depth > 0 => {}
+            ref w if w.is("as") => return false,
+            ref w if last[1] && w.is("drop") => return true,
+            ref w => {
+                last = [w.is("on"), last[0] && w.is("commit")];
+                continue;
+            }
+        }
+        last = [false; 2];
+    }
+    false
 }
 
 /// `DECLARE name [BINARY] [ASENSITIVE | INSENSITIVE] [[NO] SCROLL] CURSOR WITH HOLD ...`.

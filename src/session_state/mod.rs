@@ -4,3 +4,4 @@
 
 pub mod detect;
 pub mod lex;
+pub mod settings;

@@ -1,6 +1,6 @@
 //! Session state in transaction pooling, checked against PostgreSQL itself: every scenario
 //! runs once directly (the specification) and then through droid-pool in transaction mode
-//! with `pool.session_state: pin`, over a pool of one server and of two, while another client
+//! with `pool.session_state: pin` and `track`, over a pool of one server and of two, while another client
 //! runs short transactions on the same pool the whole time. Each client's answers (rows,
 //! command tags, SQLSTATEs) must be exactly the direct ones. With `off` the same table must
 //! show a difference (a setting that reaches the next client), so the comparison can fail.
@@ -151,6 +151,36 @@ const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "a SET in a failed multi-statement query changes nothing",
+        phases: &[&[&[
+            "SET work_mem = '11MB'; select 1/0",
+            "show work_mem",
+            "begin; SET work_mem = '12MB'; commit; select 1",
+            "show work_mem",
+        ]]],
+    },
+    Scenario {
+        name: "a rollback to a savepoint undoes the SETs after it",
+        phases: &[
+            &[&[
+                "begin",
+                "SET work_mem = '13MB'",
+                "savepoint s",
+                "SET work_mem = '14MB'",
+                "SET search_path TO conf_s, public",
+                "rollback to savepoint s",
+                "commit",
+                "select 1",
+                "show work_mem",
+                "show search_path",
+                "RESET work_mem",
+                "select 2",
+                "show work_mem",
+            ]],
+            &[&["show work_mem", "show search_path"]],
+        ],
+    },
+    Scenario {
         name: "DISCARD ALL and RESET ALL",
         phases: &[
             &[&[
@@ -284,16 +314,21 @@ async fn session_state_through_the_pooler_matches_postgresql() {
     assert_eq!(direct[6][0][2], "42;#1");
     assert_eq!(direct[6][0][4], "ERR 26000");
     assert_eq!(direct[9][1][0], "t;#1");
+    assert_eq!(direct[10][0][0], "ERR 22012");
+    assert_eq!(direct[10][0][3], "12MB;#0");
+    assert_eq!(direct[11][0][8], "13MB;#0");
 
-    for size in [1, 2] {
-        let p = pooler(size, "pin");
-        let diffs = differences(&p, &direct).await;
-        assert!(
-            diffs.is_empty(),
-            "pin, pool of {size}: {} scenario(s) differ from PostgreSQL:\n{}",
-            diffs.len(),
-            diffs.join("\n")
-        );
+    for state in ["pin", "track"] {
+        for size in [1, 2] {
+            let p = pooler(size, state);
+            let diffs = differences(&p, &direct).await;
+            assert!(
+                diffs.is_empty(),
+                "{state}, pool of {size}: {} scenario(s) differ from PostgreSQL:\n{}",
+                diffs.len(),
+                diffs.join("\n")
+            );
+        }
     }
     // The comparison can fail: with `off` a setting reaches the next client.
     let p = pooler(1, "off");

@@ -18,6 +18,7 @@ mod relay;
 mod security;
 mod server_check;
 mod session_state;
+mod session_track;
 mod support;
 mod timeouts;
 

@@ -30,7 +30,7 @@ fn start_with(db: &str, size: usize, mode: &str, wait: &str) -> Pooler {
     block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
 }
 
-async fn one(c: &tokio_postgres::Client, sql: &str) -> String {
+pub(crate) async fn one(c: &tokio_postgres::Client, sql: &str) -> String {
     let rows = c.simple_query(sql).await.expect(sql);
     rows.iter()
         .find_map(|m| match m {

@@ -26,7 +26,7 @@ pub(crate) const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
 /// `pool.session_state`'s values. A string with a pattern rather than an enum: YAML 1.1 (the
 /// API server's) reads a bare `off` in an enum list as false; in a resource, quote it or omit
 /// it (the default).
-pub(crate) const SESSION_STATE_PATTERN: &str = r"^(off|pin)$";
+pub(crate) const SESSION_STATE_PATTERN: &str = r"^(off|pin|track)$";
 /// The name of another object of the namespace (RFC 1123 subdomain, Kubernetes' own rule):
 /// never a path, so a name cannot reach into another namespace.
 pub const DNS_SUBDOMAIN: &str =

@@ -272,7 +272,7 @@ fn duration(field: &'static str, value: &Option<String>) -> Result<Option<Durati
         .transpose()
 }
 
-/// A `sessionState` value (`off`, `pin`; the schema's pattern checks it on servers that
+/// A `sessionState` value (`off`, `pin`, `track`; the schema's pattern checks it on servers that
 /// enforce it, this on any).
 pub(super) fn session_state(
     field: &'static str,

@@ -551,7 +551,7 @@ fn pod_template_and_service_settings_reach_the_objects() {
 fn session_state_is_rendered_per_pool_user_and_database() {
     let spec = deployed(
         "pool: {sessionState: pin}\nusers: {batch: {sessionState: \"off\"}}\n\
-         databases: {reports: {sessionState: pin}}\n",
+         databases: {reports: {sessionState: track}}\n",
     );
     let c = render(&spec, 1).unwrap().config;
     assert_eq!(c.pool.session_state, config::SessionState::Pin);
@@ -561,7 +561,7 @@ fn session_state_is_rendered_per_pool_user_and_database() {
     );
     assert_eq!(
         c.databases["reports"].session_state,
-        Some(config::SessionState::Pin)
+        Some(config::SessionState::Track)
     );
     assert_eq!(
         render(&deployed(""), 1).unwrap().config.pool.session_state,

@@ -117,6 +117,17 @@ fn state_that_pins_and_what_ends_it() {
         pin(PinReason::TempTable)
     );
     assert_eq!(one("SELECT 1 AS n INTO TEMP t"), pin(PinReason::TempTable));
+    // ON COMMIT DROP: gone with its transaction.
+    assert_eq!(one("create temp table t (a int) on commit drop"), None);
+    assert_eq!(one("CREATE TEMP TABLE t ON COMMIT DROP AS SELECT 1"), None);
+    assert_eq!(
+        one("create temp table t (a int default 1) on commit delete rows"),
+        pin(PinReason::TempTable)
+    );
+    assert_eq!(
+        one("create temp table t as select 1 as on_, 'on commit drop'"),
+        pin(PinReason::TempTable)
+    );
     assert_eq!(
         one("SELECT 1 INTO TEMPORARY TABLE t"),
         pin(PinReason::TempTable)

@@ -1,0 +1,508 @@
+//! `pool.session_state: track`: the settings a client makes by SQL, followed with
+//! PostgreSQL's transaction semantics, so that the driver can bring them onto every server
+//! the client gets (`client::sync`) and take them off for the next client.
+//!
+//! A statement's effect counts only once its transaction commits. The machine notes the
+//! effects of what the client sends (a simple Query's statements; an unnamed Parse's,
+//! counted when a portal bound to it is executed) and walks them, in order, once the batch
+//! has been answered: with no error every statement ran, so the walk is exact (an implicit
+//! transaction commits at the end of its Query or at Sync, `BEGIN` turns it into a block,
+//! `COMMIT` and `ROLLBACK` end one, savepoints cut it), and the server's transaction status
+//! must agree with it. A batch that failed is exact in the plain cases (one implicit
+//! transaction: all of it is undone; a failed block: nothing of the batch survives).
+//! Anywhere else the pooler cannot know what the server now holds, so it does not guess: it
+//! pins the client to that server, as `pin` would, and the settings stay where they are.
+
+use std::sync::Arc;
+
+use super::pin::Pin;
+use super::Relay;
+use crate::protocol::backend as b;
+use crate::protocol::frame::HEADER_LEN;
+use crate::protocol::frontend as f;
+use crate::server::ServerState;
+use crate::session_state::detect::{Discard, Effect};
+use crate::session_state::settings::{Kind, Settings};
+
+/// One step of a batch, as far as settings are concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Step {
+    Set {
+        name: String,
+        replay: Arc<str>,
+    },
+    Reset {
+        name: String,
+    },
+    /// `RESET ALL`.
+    ResetAll,
+    /// `PREPARE`: not transactional, made when the statement succeeds.
+    Prepare {
+        name: String,
+        sql: Arc<str>,
+    },
+    /// `DEALLOCATE name` / `DEALLOCATE ALL`: not transactional either.
+    Deallocate(Option<String>),
+    /// `DISCARD ALL`: settings and statements (outside a block only).
+    DiscardAll,
+    Begin,
+    Commit,
+    Rollback,
+    Savepoint(String),
+    RollbackTo(String),
+    Release(String),
+    /// The end of a simple Query or a Sync: an implicit transaction commits here.
+    End,
+}
+
+impl Step {
+    /// The step for an effect, if it matters to settings.
+    fn of(e: &Effect) -> Option<Step> {
+        Some(match e {
+            Effect::Set { name, replay } if !pins_setting(name) => Step::Set {
+                name: name.clone(),
+                replay: replay.as_str().into(),
+            },
+            Effect::Reset { name } if !pins_setting(name) => Step::Reset { name: name.clone() },
+            Effect::ResetAll => Step::ResetAll,
+            Effect::Discard(Discard::All) => Step::DiscardAll,
+            Effect::Prepare { name, sql } => Step::Prepare {
+                name: name.clone(),
+                sql: sql.as_str().into(),
+            },
+            Effect::Deallocate { name } => Step::Deallocate(name.clone()),
+            Effect::Begin => Step::Begin,
+            Effect::Commit => Step::Commit,
+            Effect::Rollback => Step::Rollback,
+            Effect::Savepoint { name } => Step::Savepoint(name.clone()),
+            Effect::RollbackTo { name } => Step::RollbackTo(name.clone()),
+            Effect::Release { name } => Step::Release(name.clone()),
+            _ => return None,
+        })
+    }
+
+    fn changes(&self) -> bool {
+        matches!(
+            self,
+            Step::Set { .. } | Step::Reset { .. } | Step::ResetAll | Step::DiscardAll
+        ) || self.immediate()
+    }
+
+    /// Made when its statement succeeds, whatever becomes of the transaction.
+    fn immediate(&self) -> bool {
+        matches!(self, Step::Prepare { .. } | Step::Deallocate(_))
+    }
+
+    fn controls(&self) -> bool {
+        matches!(
+            self,
+            Step::Begin
+                | Step::Commit
+                | Step::Rollback
+                | Step::Savepoint(_)
+                | Step::RollbackTo(_)
+                | Step::Release(_)
+        )
+    }
+}
+
+/// Whether `name` is a setting that must not move between servers: a role or session
+/// authorization changes what the client may do, and a server that kept one would hand its
+/// privileges to the next client if a reset were ever missed; it pins instead.
+pub(super) fn pins_setting(name: &str) -> bool {
+    name == "role" || name == "session_authorization"
+}
+
+/// A client's settings journal: created at its first setting, kept for the session.
+#[derive(Debug, Default)]
+pub(super) struct Log {
+    /// The client's settings, committed.
+    settings: Settings,
+    /// Steps of the batch in flight (everything sent since the last answered batch).
+    batch: Vec<Step>,
+    /// Simple Queries and Syncs in that batch: one means one implicit transaction at most.
+    units: u32,
+    /// The batch met an ErrorResponse.
+    failed: bool,
+    /// A setting in a message the pooler could not read whole.
+    unsure: bool,
+    /// Changes made in the open transaction (explicit block or implicit), not yet committed.
+    open: Vec<Step>,
+    /// Savepoints of the open block: name and how many changes preceded it.
+    marks: Vec<(String, usize)>,
+    /// An explicit block is open (the last ReadyForQuery was `T` or `E`).
+    explicit: bool,
+    /// That block has failed (`E`): its COMMIT rolls back.
+    aborted: bool,
+    /// The unnamed statement's steps, and the portal bound to it with its steps.
+    parsed: Option<Vec<Step>>,
+    portal: Option<(Vec<u8>, Vec<Step>)>,
+}
+
+/// The portal name at the start of a Bind or Execute body.
+fn first_name(msg: &[u8]) -> &[u8] {
+    let body = msg.get(HEADER_LEN..).unwrap_or_default();
+    match body.iter().position(|&b| b == 0) {
+        Some(end) => &body[..end],
+        None => body,
+    }
+}
+
+impl Log {
+    fn new(status: u8) -> Log {
+        Log {
+            explicit: status != b::TX_IDLE,
+            aborted: status == b::TX_FAILED,
+            ..Log::default()
+        }
+    }
+
+    /// Commits `change` into `settings` (the client's) and onto `srv`, unless the server
+    /// reports the parameter itself (ParameterStatus keeps those).
+    fn apply(change: &Step, settings: &mut Settings, srv: &mut ServerState) {
+        match change {
+            Step::Set { name, replay } => {
+                if srv.params().get(name).is_some() {
+                    return;
+                }
+                settings.set(Kind::Setting, name, replay.clone());
+                srv.settings.set(Kind::Setting, name, replay.clone());
+                srv.applied.remove(name);
+            }
+            Step::Reset { name } => {
+                settings.reset(Kind::Setting, name);
+                srv.settings.reset(Kind::Setting, name);
+                srv.applied.remove(name);
+            }
+            Step::Prepare { name, sql } => {
+                settings.set(Kind::Prepared, name, sql.clone());
+                srv.settings.set(Kind::Prepared, name, sql.clone());
+            }
+            Step::Deallocate(Some(name)) => {
+                settings.reset(Kind::Prepared, name);
+                srv.settings.reset(Kind::Prepared, name);
+            }
+            Step::Deallocate(None) => {
+                settings.clear(Kind::Prepared);
+                srv.settings.clear(Kind::Prepared);
+            }
+            Step::ResetAll | Step::DiscardAll => {
+                settings.clear(Kind::Setting);
+                srv.settings.clear(Kind::Setting);
+                if *change == Step::DiscardAll {
+                    settings.clear(Kind::Prepared);
+                    srv.settings.clear(Kind::Prepared);
+                }
+                // The startup values a sync set are gone too: the next sync sets them again.
+                srv.applied = Default::default();
+            }
+            _ => {}
+        }
+    }
+
+    /// The batch was answered (its last ReadyForQuery, `status`): commits what it committed.
+    /// Returns false when what the server now holds cannot be known (the caller pins).
+    fn settle(&mut self, status: u8, srv: &mut ServerState) -> bool {
+        let batch = std::mem::take(&mut self.batch);
+        let units = std::mem::take(&mut self.units);
+        let failed = std::mem::take(&mut self.failed);
+        let unsure = std::mem::take(&mut self.unsure);
+        let changes = batch.iter().any(Step::changes);
+        let controls = batch.iter().any(Step::controls);
+        let explicit = status != b::TX_IDLE;
+        let mut sure = !unsure;
+        let mut committed = Vec::new();
+        if failed {
+            if batch.iter().any(Step::immediate) {
+                // Made if its own statement ran, whatever the transaction: which one failed
+                // is unknown.
+                sure = false;
+            } else if controls || (!self.explicit && units > 1) {
+                // Which statement failed, and so on which side of a boundary, is unknown.
+                sure &= !changes && self.open.is_empty();
+            } else if self.explicit {
+                // The block has failed: what this batch changed is undone by its end, or by
+                // a rollback to a savepoint made before this batch.
+                sure &= status == b::TX_FAILED || !changes;
+            } else {
+                // One implicit transaction, undone whole.
+                self.open.clear();
+            }
+        } else if sure {
+            sure = self.walk(batch, &mut committed) && self.explicit == explicit;
+        }
+        if sure {
+            for c in &committed {
+                Self::apply(c, &mut self.settings, srv);
+            }
+        }
+        if !explicit || !sure {
+            self.open.clear();
+            self.marks.clear();
+        }
+        self.explicit = explicit;
+        self.aborted = status == b::TX_FAILED;
+        sure
+    }
+
+    /// Walks a batch that met no error (every statement ran), collecting in `committed` the
+    /// changes that were committed. False where a savepoint is unknown.
+    fn walk(&mut self, batch: Vec<Step>, committed: &mut Vec<Step>) -> bool {
+        for step in batch {
+            match step {
+                Step::Begin => self.explicit = true,
+                // COMMIT of a failed block rolls it back.
+                Step::Commit if !self.aborted => {
+                    committed.append(&mut self.open);
+                    self.marks.clear();
+                    self.explicit = false;
+                }
+                Step::Commit | Step::Rollback => {
+                    self.open.clear();
+                    self.marks.clear();
+                    self.explicit = false;
+                    self.aborted = false;
+                }
+                Step::End if !self.explicit => committed.append(&mut self.open),
+                immediate if immediate.immediate() => committed.push(immediate),
+                Step::End => {}
+                Step::Savepoint(name) => self.marks.push((name, self.open.len())),
+                Step::RollbackTo(name) => {
+                    let Some(i) = self.marks.iter().rposition(|(n, _)| *n == name) else {
+                        return false;
+                    };
+                    self.open.truncate(self.marks[i].1);
+                    self.marks.truncate(i + 1);
+                    self.aborted = false;
+                }
+                Step::Release(name) => {
+                    let Some(i) = self.marks.iter().rposition(|(n, _)| *n == name) else {
+                        return false;
+                    };
+                    self.marks.truncate(i);
+                }
+                change => self.open.push(change),
+            }
+        }
+        true
+    }
+}
+
+impl Relay {
+    /// Notes the effects `found` of a Query or Parse (`msg`; `whole`: all of it) under
+    /// `track`. Returns a pin when a setting cannot be followed (it then stays on this
+    /// server): one in a named statement, which may run in any later batch.
+    pub(super) fn note_settings(
+        &mut self,
+        tag: u8,
+        msg: &[u8],
+        whole: bool,
+        found: &[(usize, Effect)],
+    ) -> Option<Pin> {
+        let steps = || found.iter().filter_map(|(_, e)| Step::of(e));
+        let changes = steps().any(|s| s.changes());
+        if self.client.log.is_none() {
+            if !changes {
+                return None;
+            }
+            self.client.log = Some(Box::new(Log::new(self.batch.status)));
+        }
+        let log = self.client.log.as_deref_mut()?;
+        if changes && !whole {
+            log.unsure = true;
+        }
+        if tag == f::QUERY_TAG {
+            log.batch.extend(steps());
+            log.batch.push(Step::End);
+            log.units += 1;
+            return None;
+        }
+        // A Parse: its steps count when a portal bound to it runs.
+        if f::parse_statement_prefix(msg).is_some_and(|s| s.len > 0) {
+            return changes.then_some(Pin::Setting);
+        }
+        let steps: Vec<Step> = steps().collect();
+        log.parsed = (!steps.is_empty()).then_some(steps);
+        None
+    }
+
+    /// A Bind, Execute or Sync of a client with a settings journal (`track`): an unnamed
+    /// statement's steps count when a portal bound to it runs, and a Sync ends an implicit
+    /// transaction.
+    pub(super) fn note_extended(&mut self, tag: u8, msg: &[u8]) {
+        let Some(log) = self.client.log.as_deref_mut() else {
+            return;
+        };
+        match tag {
+            f::BIND_TAG if log.parsed.is_some() || log.portal.is_some() => {
+                let portal = first_name(msg);
+                let statement = f::bind_statement(msg).map(|s| s.get(msg)).ok();
+                log.portal = match (statement, &log.parsed) {
+                    (Some(b""), Some(steps)) => Some((portal.to_vec(), steps.clone())),
+                    _ => None,
+                };
+            }
+            f::EXECUTE_TAG => {
+                if let Some((portal, steps)) = &log.portal {
+                    if portal.as_slice() == first_name(msg) {
+                        log.batch.extend(steps.iter().cloned());
+                    }
+                }
+            }
+            f::SYNC_TAG => {
+                log.batch.push(Step::End);
+                log.units += 1;
+                // The unnamed portal does not outlive its transaction.
+                log.portal = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The batch met an ErrorResponse.
+    pub(super) fn note_settings_error(&mut self) {
+        if let Some(log) = self.client.log.as_deref_mut() {
+            log.failed = true;
+        }
+    }
+
+    /// The batch in flight on `srv` has been answered: commits its settings; pins the
+    /// client where their fate cannot be known.
+    pub(super) fn settle_settings(&mut self, srv: &mut ServerState) {
+        let Some(log) = self.client.log.as_deref_mut() else {
+            return;
+        };
+        if !log.settle(self.batch.status, srv) {
+            self.pin_to(srv.id, Pin::Setting);
+        }
+    }
+
+    /// The settings this client has made by SQL (`track`), to be brought onto its servers.
+    pub fn settings(&self) -> &Settings {
+        const NONE: &Settings = &Settings::new();
+        self.client.log.as_ref().map_or(NONE, |l| &l.settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(name: &str, v: &str) -> Step {
+        Step::Set {
+            name: name.into(),
+            replay: format!("SET {name} = {v}").into(),
+        }
+    }
+
+    /// Runs batches (steps, failed, status after) and returns the committed settings'
+    /// replays and whether every batch was sure.
+    fn run(batches: &[(&[Step], bool, u8)]) -> (Vec<String>, bool) {
+        let mut log = Log::new(b::TX_IDLE);
+        let mut srv = ServerState::new();
+        let mut sure = true;
+        for (steps, failed, status) in batches {
+            log.batch = steps.to_vec();
+            log.units = steps.iter().filter(|s| **s == Step::End).count() as u32;
+            log.failed = *failed;
+            sure &= log.settle(*status, &mut srv);
+        }
+        assert_eq!(
+            log.settings, srv.settings,
+            "the server holds what the client has"
+        );
+        let mut sql = String::new();
+        log.settings.push_replays(&mut sql);
+        let replays = sql.split(';').filter(|s| !s.is_empty()).map(String::from);
+        (replays.collect(), sure)
+    }
+
+    const I: u8 = b::TX_IDLE;
+    const T: u8 = b::TX_IN_BLOCK;
+    const E: u8 = b::TX_FAILED;
+
+    #[test]
+    fn settings_follow_transaction_semantics() {
+        use Step::*;
+        // Autocommit, then a block that commits, then one that rolls back.
+        let (s, sure) = run(&[
+            (&[set("a", "1"), End], false, I),
+            (&[Begin, End], false, T),
+            (&[set("b", "2"), End], false, T),
+            (&[Commit, End], false, I),
+            (&[Begin, set("c", "3"), End], false, T),
+            (&[Rollback, End], false, I),
+        ]);
+        assert!(sure);
+        assert_eq!(s, ["SET a = 1", "SET b = 2"]);
+        // A failed implicit transaction is undone whole; so is a failed block's, whose
+        // COMMIT rolls back.
+        let (s, sure) = run(&[
+            (&[set("a", "1"), End], true, I),
+            (&[Begin, End], false, T),
+            (&[set("b", "2"), End], false, T),
+            (&[End], true, E),
+            (&[Commit, End], false, I),
+        ]);
+        assert!(sure);
+        assert!(s.is_empty(), "{s:?}");
+        // A rollback to a savepoint recovers a failed block and keeps what preceded it.
+        let (s, sure) = run(&[
+            (
+                &[Begin, set("a", "1"), Savepoint("s".into()), End],
+                false,
+                T,
+            ),
+            (&[set("b", "2"), End], true, E),
+            (&[RollbackTo("s".into()), End], false, T),
+            (&[Commit, End], false, I),
+        ]);
+        assert!(sure);
+        assert_eq!(s, ["SET a = 1"]);
+        // BEGIN in a Query takes what preceded it into the block; savepoints cut it.
+        let (s, sure) = run(&[(
+            &[
+                set("a", "1"),
+                Begin,
+                Savepoint("s".into()),
+                set("b", "2"),
+                RollbackTo("s".into()),
+                set("c", "3"),
+                Commit,
+                End,
+            ],
+            false,
+            I,
+        )]);
+        assert!(sure);
+        assert_eq!(s, ["SET a = 1", "SET c = 3"]);
+        // RESET one; RESET ALL clears.
+        let (s, _) = run(&[
+            (&[set("a", "1"), set("b", "2"), End], false, I),
+            (&[Reset { name: "a".into() }, End], false, I),
+        ]);
+        assert_eq!(s, ["SET b = 2"]);
+        let (s, _) = run(&[(&[set("a", "1"), ResetAll, set("b", "2"), End], false, I)]);
+        assert_eq!(s, ["SET b = 2"]);
+    }
+
+    #[test]
+    fn what_cannot_be_known_is_not_guessed() {
+        use Step::*;
+        // An error in a Query holding a COMMIT: which side of it failed is unknown.
+        let (s, sure) = run(&[(&[Begin, set("a", "1"), Commit, End], true, I)]);
+        assert!(!sure && s.is_empty());
+        // A status the walk does not explain (a BEGIN it did not see), with a change.
+        let (s, sure) = run(&[(&[set("a", "1"), End], false, T)]);
+        assert!(!sure && s.is_empty());
+        // Pipelined Queries, one failed: which is unknown.
+        let (_, sure) = run(&[(&[set("a", "1"), End, set("b", "2"), End], true, I)]);
+        assert!(!sure);
+        // A rollback to a savepoint never seen.
+        let (_, sure) = run(&[
+            (&[Begin, End], false, T),
+            (&[set("a", "1"), RollbackTo("x".into()), End], false, T),
+        ]);
+        assert!(!sure);
+    }
+}

@@ -1,0 +1,260 @@
+//! `pool.session_state: track` against a real PostgreSQL: a client's settings follow it onto
+//! whichever server it gets (the backend pid is asserted to change), no other client ever
+//! runs under them, a client that sets something is not pinned, and what the pooler cannot
+//! follow (a setting in a named statement, `SET ROLE`) pins instead of leaking.
+
+use std::time::Duration;
+
+use tokio::task::block_in_place;
+
+use crate::core::create_db;
+use crate::session_state::one;
+use crate::support::metrics::{metric_or_zero, scrape};
+use crate::support::raw::{batch, bind, execute, first_col, parse, query, sync, tags, Raw};
+use crate::support::{self, Pooler};
+
+const USER: &str = "droid";
+
+fn start(db: &str, size: usize) -> Pooler {
+    start_in(db, size, "transaction")
+}
+
+fn start_in(db: &str, size: usize, mode: &str) -> Pooler {
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "server:\n  connect_timeout: 500ms\npool:\n  size: {size}\n  mode: {mode}\n  \
+         session_state: track\n  query_wait_timeout: 20s\nauth:\n  user_methods:\n    \
+         {USER}: trust\n"
+    );
+    block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
+}
+
+async fn raw_one(a: &mut Raw, sql: &str) -> String {
+    a.send(&query(sql)).await;
+    let f = a.until_ready().await;
+    let row = f.iter().find(|f| f.tag == b'D').expect("a row");
+    first_col(row).expect("a value")
+}
+
+fn pinned(p: &Pooler, db: &str) -> f64 {
+    metric_or_zero(
+        &scrape(p),
+        "droidpool_pool_pinned_clients",
+        &[("database", db), ("user", USER)],
+    )
+}
+
+/// With two servers: A sets two things and prepares a statement, B holds the server A used,
+/// and A's next transaction runs on the other backend with A's settings and statement; once A has left, both servers
+/// are back at the defaults for the next clients. A is never pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_follow_the_client_to_another_server() {
+    let db = "tr_follow";
+    let p = start(db, 2);
+    let a = p.connect(USER, db).await;
+    let pid_set = one(
+        &a,
+        "SET work_mem = '3MB'; SET search_path TO tr_a, public; PREPARE tr_q AS select 40 + 2; \
+         select pg_backend_pid()",
+    )
+    .await;
+    assert_eq!(pinned(&p, db), 0.0, "a SET does not pin under track");
+
+    // B takes whichever server is idle first and keeps it in a block; A then needs the other
+    // one. Repeat until B's block sits on A's old server (the pool's order is not assumed).
+    let b = p.connect(USER, db).await;
+    let mut moved = false;
+    for _ in 0..10 {
+        let pid_b = one(&b, "begin; select pg_backend_pid()").await;
+        let (mem, path, pid_a) = (
+            one(&a, "show work_mem").await,
+            one(&a, "show search_path").await,
+            one(&a, "select pg_backend_pid()").await,
+        );
+        assert_eq!((mem.as_str(), path.as_str()), ("3MB", "tr_a, public"));
+        // A statement A prepared on its first server runs wherever A is.
+        assert_eq!(one(&a, "EXECUTE tr_q").await, "42");
+        // B's server has no statement of A's.
+        assert!(b.simple_query("EXECUTE tr_q").await.is_err());
+        b.simple_query("rollback; begin").await.unwrap();
+        assert_eq!(one(&b, "select pg_backend_pid()").await, pid_b);
+        // B's server has none of A's settings inside B's block.
+        assert_eq!(one(&b, "show work_mem").await, "4MB");
+        assert_eq!(one(&b, "show search_path").await, "\"$user\", public");
+        b.simple_query("commit").await.unwrap();
+        if pid_b == pid_set {
+            assert_ne!(pid_a, pid_set, "A ran on the server B held");
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "B never took the server A had set on");
+    let replays = metric_or_zero(
+        &scrape(&p),
+        "droidpool_session_replays_total",
+        &[("kind", "setting")],
+    );
+    assert!(replays >= 2.0, "replays counted: {replays}");
+    let prepares = metric_or_zero(
+        &scrape(&p),
+        "droidpool_session_replays_total",
+        &[("kind", "prepare")],
+    );
+    assert!(prepares >= 1.0, "statement replays counted: {prepares}");
+    drop(a);
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Two clients hold both servers at once: neither has anything of A's.
+    let c1 = p.connect(USER, db).await;
+    let c2 = p.connect(USER, db).await;
+    let p1 = one(&c1, "begin; select pg_backend_pid()").await;
+    let p2 = one(&c2, "begin; select pg_backend_pid()").await;
+    assert_ne!(p1, p2);
+    for c in [&c1, &c2] {
+        assert_eq!(one(c, "show work_mem").await, "4MB");
+        assert_eq!(one(c, "show search_path").await, "\"$user\", public");
+        c.simple_query("commit").await.unwrap();
+    }
+}
+
+/// One server shared by two clients with different settings, in turn: each always sees its
+/// own, and the server is brought back and forth (never pinned, never leaked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_two_clients_each_sees_its_own() {
+    let db = "tr_one";
+    let p = start(db, 1);
+    let a = p.connect(USER, db).await;
+    let b = p.connect(USER, db).await;
+    a.simple_query("SET statement_timeout = '7s'")
+        .await
+        .unwrap();
+    let pid = one(&a, "select pg_backend_pid()").await;
+    for _ in 0..3 {
+        assert_eq!(one(&b, "show statement_timeout").await, "0");
+        assert_eq!(one(&b, "select pg_backend_pid()").await, pid);
+        assert_eq!(one(&a, "show statement_timeout").await, "7s");
+    }
+    b.simple_query("SET statement_timeout = '9s'")
+        .await
+        .unwrap();
+    assert_eq!(one(&a, "show statement_timeout").await, "7s");
+    assert_eq!(one(&b, "show statement_timeout").await, "9s");
+    a.simple_query("RESET statement_timeout").await.unwrap();
+    assert_eq!(one(&a, "show statement_timeout").await, "0");
+    assert_eq!(one(&b, "show statement_timeout").await, "9s");
+    assert_eq!(pinned(&p, db), 0.0);
+}
+
+/// The extended protocol: an unnamed statement's SET counts once executed, a failed batch
+/// undoes the SET in it, and a SET prepared under a name pins (it may run any time later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_settings() {
+    let db = "tr_ext";
+    let p = start(db, 1);
+    let mut a = Raw::connect(p.port(), USER, db).await;
+    let b = p.connect(USER, db).await;
+    let run = |sql: &str| batch(&[parse("", sql), bind("", "", &[]), execute(""), sync()]);
+    a.send(&run("SET work_mem = '5MB'")).await;
+    assert_eq!(tags(&a.until_ready().await), "12CZ");
+    assert_eq!(one(&b, "show work_mem").await, "4MB");
+    assert_eq!(raw_one(&mut a, "show work_mem").await, "5MB");
+
+    // SET then an error before Sync: one implicit transaction, undone whole.
+    let mut failed = run("SET work_mem = '6MB'");
+    failed.truncate(failed.len() - 5);
+    failed.extend_from_slice(&batch(&[
+        parse("", "select 1/0"),
+        bind("", "", &[]),
+        execute(""),
+        sync(),
+    ]));
+    a.send(&failed).await;
+    assert_eq!(tags(&a.until_ready().await), "12C1EZ");
+    assert_eq!(one(&b, "show work_mem").await, "4MB");
+    assert_eq!(raw_one(&mut a, "show work_mem").await, "5MB");
+    assert_eq!(pinned(&p, db), 0.0);
+
+    // Parsed but never executed: nothing changes.
+    a.send(&batch(&[parse("", "SET work_mem = '8MB'"), sync()]))
+        .await;
+    a.until_ready().await;
+    assert_eq!(raw_one(&mut a, "show work_mem").await, "5MB");
+
+    // A named statement with a SET pins A; B then waits for the only server.
+    a.send(&batch(&[parse("tr_set", "SET work_mem = '9MB'"), sync()]))
+        .await;
+    a.until_ready().await;
+    assert_eq!(pinned(&p, db), 1.0);
+    let waiting = tokio::spawn(async move { one(&b, "show work_mem").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "B ran while A is pinned");
+    drop(a);
+    assert_eq!(waiting.await.unwrap(), "4MB");
+}
+
+/// `SET ROLE` pins (it is not replayed): the role never reaches another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_role_pins() {
+    let db = "tr_role";
+    let p = start(db, 1);
+    let a = p.connect(USER, db).await;
+    a.simple_query("SET ROLE pg_monitor").await.unwrap();
+    assert_eq!(one(&a, "select current_user").await, "pg_monitor");
+    assert_eq!(pinned(&p, db), 1.0);
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = p.connect(USER, db).await;
+    assert_eq!(one(&b, "select current_user").await, USER);
+}
+
+/// Statement mode: every statement may run on another server, and settings follow; what
+/// would pin is refused with 0A000 and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_mode_replays_settings_and_refuses_pins() {
+    let db = "tr_stmt";
+    let p = start_in(db, 2, "statement");
+    let a = p.connect(USER, db).await;
+    let b = p.connect(USER, db).await;
+    a.simple_query("SET work_mem = '3MB'").await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(one(&a, "show work_mem").await, "3MB");
+        assert_eq!(one(&b, "show work_mem").await, "4MB");
+    }
+    let e = a
+        .simple_query("create temp table tr_t (a int)")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("0A000"), "{e}");
+    assert_eq!(one(&a, "show work_mem").await, "3MB");
+}
+
+/// `users.<name>.session_state` is reloadable: a pool started with `off` follows settings
+/// from the next transaction after a reload sets `track` for the user (with `off`, A's SET
+/// would reach B on the only server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turns_track_on_for_a_user() {
+    let db = "tr_reload";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = |state: &str| {
+        format!(
+            "pool:\n  size: 1\n  mode: transaction\n  query_wait_timeout: 20s\n\
+             users:\n  {USER}:\n    session_state: {state}\n\
+             auth:\n  user_methods:\n    {USER}: trust\n"
+        )
+    };
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml("\"off\""), &[]));
+    let a = p.connect(USER, db).await;
+    let b = p.connect(USER, db).await;
+    assert_eq!(one(&a, "show work_mem").await, "4MB");
+    std::fs::write(p.config_path().expect("config file"), yaml("track")).unwrap();
+    let (status, _) = p.admin_post("/reload");
+    assert_eq!(status, 202);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    a.simple_query("SET work_mem = '3MB'").await.unwrap();
+    assert_eq!(one(&b, "show work_mem").await, "4MB");
+    assert_eq!(one(&a, "show work_mem").await, "3MB");
+    assert_eq!(pinned(&p, db), 0.0);
+}
