@@ -5,6 +5,7 @@
 #   bench/callgrind.sh [BINARY]      default: target/release/droid-pool (plain release build)
 #   CALLGRIND_KEEP=DIR bench/callgrind.sh   also keeps the profiles (callgrind_annotate them)
 #   CALLGRIND_PROTOCOL=prepared bench/callgrind.sh   `-M prepared` through `--track-prepared`
+#   CALLGRIND_SESSION_STATE=track bench/callgrind.sh  with pool.session_state (off, pin, track)
 #                                    (default simple; extended also runs untracked)
 #
 # For 1 and 50 clients it runs `pgbench -S -M simple` twice through the pooler under
@@ -52,6 +53,9 @@ cat >"$PG_TMP/pool.yaml" <<'YAML'
 log:
   events: false
 YAML
+if [[ -n ${CALLGRIND_SESSION_STATE:-} ]]; then
+  printf 'pool:\n  session_state: %s\n' "$CALLGRIND_SESSION_STATE" >>"$PG_TMP/pool.yaml"
+fi
 
 # Runs pgbench with $1 clients and $2 transactions each through a pooler under callgrind and
 # prints the instructions the pooler executed.

@@ -91,9 +91,26 @@ pub enum Discard {
 /// statement (from 0): a multi-statement Query's effects stick only as far as its
 /// statements succeed.
 pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
+    if let Some(stmt) = single(sql) {
+        // One statement (the usual case): no need to lex it for its boundaries.
+        statement_effects(stmt, &mut |e| out.push((0, e)));
+        return;
+    }
     for (i, stmt) in statements(sql).enumerate() {
         statement_effects(stmt, &mut |e| out.push((i, e)));
     }
+}
+
+/// `sql` as its only statement when it holds no `;` but a last one followed by nothing but
+/// white space: then there is one statement whatever its quotes hold, found without a lexer.
+fn single(sql: &[u8]) -> Option<&[u8]> {
+    let stmt = match memchr::memchr(b';', sql) {
+        None => sql.trim_ascii(),
+        Some(i) if sql[i + 1..].iter().all(u8::is_ascii_whitespace) => sql[..i].trim_ascii(),
+        Some(_) => return None,
+    };
+    // A comment first: the lexer skips it, as it does between statements.
+    (!matches!(stmt.first(), Some(b'-' | b'/'))).then_some(stmt)
 }
 
 /// How many statements `sql` holds (each answered with its own CommandComplete).
@@ -120,20 +137,26 @@ fn text(stmt: &[u8]) -> String {
 
 /// The effects of one statement.
 pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
-    let mut t = Tokens::new(stmt);
-    let Some(first) = t.next() else {
+    let (w, mut t) = match plain_first_word(stmt) {
+        Some((w, end)) => (w, Tokens::from(stmt, end)),
+        None => {
+            let mut t = Tokens::new(stmt);
+            let Some(Token::Word(w)) = t.next() else {
+                return;
+            };
+            (w, t)
+        }
+    };
+    // Dispatch on the lower-cased first word, kept on the stack: most statements are none
+    // of these.
+    let mut buf = [0u8; 11];
+    let Some(kw) = buf.get_mut(..w.len()).filter(|_| w.len() >= 3) else {
         return;
     };
-    let Token::Word(w) = first else {
-        return;
-    };
-    match w.len() {
-        // Dispatch on length first: most statements are none of these.
-        3..=11 => {}
-        _ => return,
-    }
-    let kw = lower(&first);
-    match kw.as_str() {
+    kw.copy_from_slice(w);
+    kw.make_ascii_lowercase();
+    let kw = std::str::from_utf8(kw).unwrap_or_default();
+    match kw {
         "select" | "with" | "values" => functions(stmt, emit),
         "set" => set(stmt, t, emit),
         "reset" => match t.next() {
@@ -238,6 +261,21 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
         }
         _ => {}
     }
+}
+
+/// The first word of `stmt` and where it ends, when the statement plainly starts with one
+/// (ASCII white space, then letters ending at a byte that cannot continue a word): the usual
+/// case, read without the lexer. `None` sends anything else (a comment first, a quoted
+/// name, a non-ASCII letter) to the lexer.
+fn plain_first_word(stmt: &[u8]) -> Option<(&[u8], usize)> {
+    let start = stmt.iter().position(|b| !b.is_ascii_whitespace())?;
+    let len = stmt[start..]
+        .iter()
+        .position(|b| !b.is_ascii_alphabetic())
+        .unwrap_or(stmt.len() - start);
+    let next = stmt.get(start + len).copied().unwrap_or(b' ');
+    let continues = next.is_ascii_digit() || next == b'_' || next == b'$' || next >= 0x80;
+    (len > 0 && !continues).then(|| (&stmt[start..start + len], start + len))
 }
 
 /// A possibly qualified setting name (`a.b`), lower-cased.
@@ -400,15 +438,12 @@ fn declare(t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
 /// The functions of a `SELECT` (or `WITH`, `VALUES`) that change a session, and `SELECT ...
 /// INTO TEMP`. Scanned only when the text names one of them.
 fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
-    let lowered;
-    let text: &[u8] = if stmt.iter().any(u8::is_ascii_uppercase) {
-        lowered = stmt.to_ascii_lowercase();
-        &lowered
-    } else {
-        stmt
-    };
-    let has = |needle: &[u8]| memchr::memmem::find(text, needle).is_some();
-    if !(has(b"set_config") || has(b"advisory") || has(b"into")) {
+    // The functions are calls (a `(`); each word is found from one of its less common bytes
+    // and compared without case around it: a plain SELECT costs two or three `memchr`
+    // passes and no allocation.
+    let calls = memchr::memchr(b'(', stmt).is_some()
+        && (has_word(stmt, b"set_config", 3) || has_word(stmt, b"advisory", 2));
+    if !calls && !has_word(stmt, b"into", 3) {
         return;
     }
     let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
@@ -445,6 +480,27 @@ fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             _ => {}
         }
     }
+}
+
+/// Whether `hay` holds `needle` (lower-case) in any case, found through the byte at
+/// `anchor` of it.
+fn has_word(hay: &[u8], needle: &[u8], anchor: usize) -> bool {
+    let a = needle[anchor];
+    let mut from = anchor;
+    while let Some(i) = hay
+        .get(from..)
+        .and_then(|rest| memchr::memchr2(a, a.to_ascii_uppercase(), rest))
+    {
+        let at = from + i - anchor;
+        if hay
+            .get(at..at + needle.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+        {
+            return true;
+        }
+        from += i + 1;
+    }
+    false
 }
 
 /// `set_config(name, value, is_local)` from its arguments: literal name and value with a

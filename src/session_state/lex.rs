@@ -58,6 +58,11 @@ impl<'a> Tokens<'a> {
     pub fn new(sql: &'a [u8]) -> Self {
         Tokens { sql, at: 0 }
     }
+
+    /// The tokens of `sql` from byte `at` on (the start of a token, or white space).
+    pub fn from(sql: &'a [u8], at: usize) -> Self {
+        Tokens { sql, at }
+    }
 }
 
 impl<'a> Iterator for Tokens<'a> {

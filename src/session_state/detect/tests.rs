@@ -261,3 +261,44 @@ fn multi_statement_queries_number_their_effects() {
     );
     assert_eq!(count(b"select 1; select ';' ;"), 2);
 }
+
+#[test]
+fn the_quick_paths_agree_with_the_lexer() {
+    // One statement with a trailing `;` (no lexer for boundaries), a first word read
+    // without the lexer, function names and INTO in any case.
+    assert_eq!(
+        one("  SET search_path TO a;  \n"),
+        set("search_path", "SET search_path TO a")
+    );
+    assert_eq!(
+        one("SELECT pg_catalog.SET_CONFIG('a.b', 'v', false)"),
+        set("a.b", "SELECT pg_catalog.set_config(E'a.b', E'v', false)")
+    );
+    assert_eq!(
+        one("select 1 InTo TEMP t"),
+        Some(Effect::Pin(PinReason::TempTable))
+    );
+    assert_eq!(
+        one("select PG_ADVISORY_LOCK(1)"),
+        Some(Effect::Pin(PinReason::AdvisoryLock))
+    );
+    // A `;` in a literal: the lexer splits, and the second statement counts.
+    assert_eq!(
+        all("SELECT ';'; SET a.b = 1"),
+        vec![(
+            1,
+            Effect::Set {
+                name: "a.b".into(),
+                replay: "SET a.b = 1".into()
+            }
+        )]
+    );
+    // Words that only start like a keyword, and a comment first.
+    assert_eq!(one("set_x"), None);
+    assert_eq!(one("sets"), None);
+    assert_eq!(
+        one("/* c */ SET work_mem = 1"),
+        set("work_mem", "SET work_mem = 1")
+    );
+    assert_eq!(one("select 1 from pgbench_accounts where aid = 1"), None);
+}
