@@ -4,6 +4,8 @@
 //! the client's batch (Bind through Sync, with the pooler's own answers in it) is sent once
 //! more; the client never sees the error. Only a batch that starts with that Bind qualifies:
 //! anything executed before it was rolled back by the error and must not be lost silently.
+//! And only one that describes what it runs (a Describe in the batch): a client that executes
+//! on a row description it keeps from earlier must see the error, as it would directly.
 
 use std::sync::Arc;
 
@@ -30,6 +32,18 @@ pub(super) enum LogItem {
         name: Bytes,
         kept: Arc<Kept>,
     },
+}
+
+impl LogItem {
+    fn describes(&self) -> bool {
+        matches!(
+            self,
+            LogItem::Sent {
+                req: Some(Request::Describe),
+                ..
+            }
+        )
+    }
 }
 
 /// A batch being recorded (boxed: most sessions never record one).
@@ -157,7 +171,12 @@ impl PlanRetry {
     /// Whether this ErrorResponse to a tracked Bind should be held back for a retry (`None`:
     /// an error too large to hold, which is never the plan-change one).
     pub(super) fn hold(&mut self, id: u64, error: Option<&[u8]>) -> bool {
-        let eligible = matches!(self, PlanRetry::Recording(r) if r.synced && r.kept.id == id);
+        // Only a batch that describes what it runs: its client learns the new shape from the
+        // new RowDescription. One that binds and executes on a description it keeps (asyncpg,
+        // tokio-postgres) would decode the new rows with the old types; it gets the 0A000, as
+        // directly, and prepares again.
+        let eligible = matches!(self, PlanRetry::Recording(r)
+            if r.synced && r.kept.id == id && r.log.iter().any(LogItem::describes));
         let Some(error) = error.filter(|e| eligible && is_plan_change(e)) else {
             self.disable();
             return false;

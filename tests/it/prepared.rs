@@ -2533,3 +2533,24 @@ fn error_texts(frames: &[Frame]) -> Vec<String> {
         })
         .collect()
 }
+
+/// A batch that runs a kept statement without describing it (asyncpg, tokio-postgres: they
+/// decode rows with the description they kept) is not retried after a plan change: the
+/// client gets PostgreSQL's 0A000, as directly, and not rows of a shape it does not know.
+#[tokio::test]
+async fn plan_change_without_a_describe_is_the_clients() {
+    let table = "prep_retry_nodesc";
+    fresh_table(table, "a int, b int");
+    support::shared().psql(&format!("insert into {table} values (1, 2)"));
+    let sql = format!("select * from {table}");
+    let run = [bind("", "s", &[]), execute(""), sync()];
+    let pooler = start_tracked();
+    let mut c1 = connect(&pooler).await;
+    assert_tags(&exchange(&mut c1, &[parse("s", &sql), sync()]).await, "1Z");
+    assert_tags(&exchange(&mut c1, &run).await, "2DCZ");
+    support::shared().psql(&format!("alter table {table} alter column b type text"));
+    let r = exchange(&mut c1, &run).await;
+    assert_tags(&r, "EZ");
+    assert_eq!(errors(&r), [("0A000".to_string(), false)], "{}", show(&r));
+    assert_eq!(status(&r), 'I');
+}

@@ -156,6 +156,7 @@ pub const COVERAGE: &[(&str, Cover)] = &[
     ),
     ("prepared.rs::plan_change_retry_keeps_earlier_work_of_the_batch", RealOnly(PLAN)),
     ("prepared.rs::plan_change_retry_keeps_the_poolers_answers", RealOnly(PLAN)),
+    ("prepared.rs::plan_change_without_a_describe_is_the_clients", RealOnly(PLAN)),
     (
         "prepared.rs::failed_replay_reports_the_error_and_recovers",
         RealOnly("a table dropped and made again from outside between a Parse and its replay"),
