@@ -76,6 +76,25 @@ free_port() {
   next_port && echo "$FREE_PORT"
 }
 
+# Appends to DATA_DIR/postgresql.conf what a throwaway cluster of the scripts needs: TCP on
+# loopback, its socket in PG_TMP, MAX_CONNECTIONS; with "fast", no fsync (tests, never
+# benchmarks).
+pg_test_conf() {
+  local data=$1 max=$2 fast=${3:-}
+  {
+    echo
+    echo "# --- $PGLIB_NAME ---"
+    echo "listen_addresses = '127.0.0.1'"
+    echo "unix_socket_directories = '$PG_TMP'"
+    echo "max_connections = $max"
+    if [[ $fast == fast ]]; then
+      echo "fsync = off"
+      echo "synchronous_commit = off"
+      echo "full_page_writes = off"
+    fi
+  } >>"$data/postgresql.conf"
+}
+
 # initdb DATA_DIR with trust auth for the throwaway cluster; the log is kept on failure.
 pg_initdb() {
   local data=$1
