@@ -13,6 +13,7 @@ use crate::protocol::frontend as f;
 use crate::protocol::sqlstate;
 use crate::server::ServerState;
 use crate::session_state::detect::{effects, Discard, Effect, PinReason};
+use crate::session_state::settings::changes_privileges;
 
 /// Why a client keeps its server past its transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +85,7 @@ pub(super) fn pin_of(sql: &[u8], track: bool) -> Option<Pin> {
 fn pin_for(e: &Effect, track: bool) -> Option<Pin> {
     match e {
         Effect::Set { name, .. } if track => {
-            super::track::pins_setting(name).then_some(Pin::State(PinReason::Role))
+            changes_privileges(name).then_some(Pin::State(PinReason::Role))
         }
         Effect::Set { .. } => Some(Pin::Setting),
         Effect::Prepare { .. } if track => None,

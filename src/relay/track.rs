@@ -22,7 +22,7 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend as f;
 use crate::server::ServerState;
 use crate::session_state::detect::{Discard, Effect};
-use crate::session_state::settings::{Kind, Settings};
+use crate::session_state::settings::{changes_privileges, Kind, Settings};
 
 /// One step of a batch, as far as settings are concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,11 +59,13 @@ impl Step {
     /// The step for an effect, if it matters to settings.
     fn of(e: &Effect) -> Option<Step> {
         Some(match e {
-            Effect::Set { name, replay } if !pins_setting(name) => Step::Set {
+            Effect::Set { name, replay } if !changes_privileges(name) => Step::Set {
                 name: name.clone(),
                 replay: replay.as_str().into(),
             },
-            Effect::Reset { name } if !pins_setting(name) => Step::Reset { name: name.clone() },
+            Effect::Reset { name } if !changes_privileges(name) => {
+                Step::Reset { name: name.clone() }
+            }
             Effect::ResetAll => Step::ResetAll,
             Effect::Discard(Discard::All) => Step::DiscardAll,
             Effect::Prepare { name, sql } => Step::Prepare {
@@ -104,13 +106,6 @@ impl Step {
                 | Step::Release(_)
         )
     }
-}
-
-/// Whether `name` is a setting that must not move between servers: a role or session
-/// authorization changes what the client may do, and a server that kept one would hand its
-/// privileges to the next client if a reset were ever missed; it pins instead.
-pub(super) fn pins_setting(name: &str) -> bool {
-    name == "role" || name == "session_authorization"
 }
 
 /// A client's settings journal: created at its first setting, kept for the session.

@@ -10,6 +10,13 @@ use std::sync::Arc;
 /// TRANSACTION ...`, which sets the three `default_transaction_*` settings.
 pub const CHARACTERISTICS: &str = "session characteristics";
 
+/// Whether setting `name` changes what the client may do (`SET ROLE`, `SET SESSION
+/// AUTHORIZATION`): never moved between servers. A server that kept one through a missed
+/// reset would hand the privileges to its next client; `track` pins instead.
+pub fn changes_privileges(name: &str) -> bool {
+    name == "role" || name == "session_authorization"
+}
+
 /// What an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
