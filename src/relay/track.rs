@@ -108,6 +108,10 @@ impl Step {
     }
 }
 
+/// Settings and SQL prepared statements followed for one client: beyond, the client is pinned
+/// (its server keeps them) rather than the pooler holding and replaying them without bound.
+pub(super) const MAX_FOLLOWED: usize = 1000;
+
 /// A client's settings journal: created at its first setting, kept for the session.
 #[derive(Debug, Default)]
 pub(super) struct Log {
@@ -153,12 +157,17 @@ impl Log {
     }
 
     /// Commits `change` into `settings` (the client's) and onto `srv`, unless the server
-    /// reports the parameter itself (ParameterStatus keeps those).
-    fn apply(change: &Step, settings: &mut Settings, srv: &mut ServerState) {
+    /// reports the parameter itself (ParameterStatus keeps those). False for a new entry
+    /// beyond [`MAX_FOLLOWED`]: not followed (the caller pins).
+    fn apply(change: &Step, settings: &mut Settings, srv: &mut ServerState) -> bool {
+        let full = |kind, name: &str| settings.len() >= MAX_FOLLOWED && !settings.has(kind, name);
         match change {
             Step::Set { name, replay } => {
                 if srv.params().get(name).is_some() {
-                    return;
+                    return true;
+                }
+                if full(Kind::Setting, name) {
+                    return false;
                 }
                 settings.set(Kind::Setting, name, replay.clone());
                 srv.settings.set(Kind::Setting, name, replay.clone());
@@ -170,6 +179,9 @@ impl Log {
                 srv.applied.remove(name);
             }
             Step::Prepare { name, sql } => {
+                if full(Kind::Prepared, name) {
+                    return false;
+                }
                 settings.set(Kind::Prepared, name, sql.clone());
                 srv.settings.set(Kind::Prepared, name, sql.clone());
             }
@@ -193,6 +205,7 @@ impl Log {
             }
             _ => {}
         }
+        true
     }
 
     /// The batch was answered (its last ReadyForQuery, `status`): commits what it committed.
@@ -228,7 +241,7 @@ impl Log {
         }
         if sure {
             for c in &committed {
-                Self::apply(c, &mut self.settings, srv);
+                sure &= Self::apply(c, &mut self.settings, srv);
             }
         }
         if !explicit || !sure {
@@ -479,6 +492,26 @@ mod tests {
         assert_eq!(s, ["SET b = 2"]);
         let (s, _) = run(&[(&[set("a", "1"), ResetAll, set("b", "2"), End], false, I)]);
         assert_eq!(s, ["SET b = 2"]);
+    }
+
+    #[test]
+    fn followed_state_is_bounded() {
+        let mut many: Vec<Step> = (0..MAX_FOLLOWED)
+            .map(|i| set(&format!("x.s{i}"), "1"))
+            .collect();
+        many.push(Step::End);
+        let (s, sure) = run(&[(&many, false, I)]);
+        assert!(sure);
+        assert_eq!(s.len(), MAX_FOLLOWED);
+        // One more name is not followed (the client is pinned); a known name still is.
+        let (s, sure) = run(&[
+            (&many, false, I),
+            (&[set("x.s0", "2"), Step::End], false, I),
+            (&[set("x.more", "1"), Step::End], false, I),
+        ]);
+        assert!(!sure);
+        assert_eq!(s.len(), MAX_FOLLOWED);
+        assert_eq!(s.last().map(String::as_str), Some("SET x.s0 = 2"));
     }
 
     #[test]

@@ -60,6 +60,15 @@ impl Settings {
         self.0.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether `name` of `kind` is among them.
+    pub fn has(&self, kind: Kind, name: &str) -> bool {
+        self.0.iter().any(|e| e.kind == kind && &*e.name == name)
+    }
+
     /// How many entries of `kind`.
     pub fn count(&self, kind: Kind) -> usize {
         self.0.iter().filter(|e| e.kind == kind).count()
