@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A driver's own test suite through droid-pool (issue 31): asyncpg's (the sdist's tests/,
 # the version pinned in tests/drivers/requirements.txt) run against a throwaway PostgreSQL
-# directly, and through droid-pool in session mode and in transaction mode with
+# (a fresh one per run) directly, and through droid-pool in session mode and in transaction mode with
 # track_prepared and pool.session_state: track, each once. Prints, per run and per test
 # module, how many tests passed, failed, errored and were skipped, and writes the table to
 # OUT (default target/driver-suites.md).
@@ -84,11 +84,21 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 pg_own_tmp
-pg_initdb "$PGDATA_DIR"
-pg_test_conf "$PGDATA_DIR" 200 fast
-pg_start "$PGDATA_DIR"
-PG_STARTED=1
-log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT"
+
+# A fresh cluster per run: what one run leaves behind (a database its teardown could not drop
+# while a pooler still held servers on it) must not fail the next one's setup.
+fresh_pg() { # $1 = run name
+  if [[ $PG_STARTED -eq 1 ]]; then
+    pg_stop "$PGDATA_DIR" immediate
+    PG_STARTED=0
+  fi
+  PGDATA_DIR=$TMP/data-$1
+  pg_initdb "$PGDATA_DIR"
+  pg_test_conf "$PGDATA_DIR" 200 fast
+  pg_start "$PGDATA_DIR"
+  PG_STARTED=1
+  log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT ($1)"
+}
 
 start_pooler() { # $1 = mode, $2 = session_state
   local port cfg
@@ -170,6 +180,7 @@ PY
 
 declare -A RESULT
 for mode in $MODES; do
+  fresh_pg "$mode"
   case $mode in
     direct) port=$PG_PORT ;;
     session) start_pooler session off && port=$POOLER_PORT ;;
