@@ -29,6 +29,7 @@ pub mod config;
 pub mod counters;
 pub mod events;
 pub mod lifecycle;
+pub mod listen;
 pub mod login;
 pub mod metrics;
 pub mod net;

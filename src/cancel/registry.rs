@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::peers::issue_pid;
 use super::send::CancelSender;
@@ -24,10 +25,19 @@ struct Held {
     generation: u64,
 }
 
+/// The server a client holds, and the last one it held.
+#[derive(Debug, Default)]
+struct Servers {
+    now: Option<Held>,
+    /// The last server's process id and when the client took it: a notification that
+    /// server's process sent is this client's (as far as no client took it since).
+    last: Option<(i32, Instant)>,
+}
+
 /// Where a client's queries run right now, and whether the console has killed it.
 #[derive(Debug, Default)]
 pub struct CancelSlot {
-    held: Mutex<Option<Held>>,
+    held: Mutex<Servers>,
     /// The client's pool, as `database/user` (for the admin console).
     pub pool: Arc<str>,
     /// The client's database, as it named it.
@@ -39,17 +49,21 @@ pub struct CancelSlot {
 }
 
 impl CancelSlot {
-    pub fn set(&self, addr: SocketAddr, key: (i32, i32), id: u64, generation: u64) {
-        *self.lock() = Some(Held {
+    /// The client took the server at `addr` with cancel key `key` (number `id`, pool
+    /// generation `generation`) at `at`.
+    pub fn set(&self, addr: SocketAddr, key: (i32, i32), id: u64, generation: u64, at: Instant) {
+        let mut s = self.lock();
+        s.now = Some(Held {
             addr,
             key,
             id,
             generation,
         });
+        s.last = Some((key.0, at));
     }
 
     pub fn clear(&self) {
-        *self.lock() = None;
+        self.lock().now = None;
     }
 
     /// The client is pinned to its server for `reason`, or (`None`) no longer pinned.
@@ -61,12 +75,12 @@ impl CancelSlot {
         *self.pin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Servers> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn held(&self) -> Option<Held> {
-        *self.lock()
+        self.lock().now
     }
 
     /// Cancels what the held server runs now (a timeout, a KILL), in the background.
@@ -216,6 +230,19 @@ impl Cancels {
             tokio::spawn(sender.clone().send(h.addr, h.key));
         }
         targets.len()
+    }
+
+    /// The process id of the client that last took the server whose process is `server_pid`
+    /// (a notification it sent carries that id to its listeners).
+    pub fn notifier(&self, server_pid: i32) -> Option<i32> {
+        self.lock()
+            .iter()
+            .filter_map(|(key, slot)| match slot.lock().last {
+                Some((pid, at)) if pid == server_pid => Some((at, key.0)),
+                _ => None,
+            })
+            .max()
+            .map(|(_, pid)| pid)
     }
 
     /// Forwards a cancel to the server of this pooler's client with that key, if it holds one

@@ -171,8 +171,13 @@ impl Session<'_> {
             });
         self.relay.hold(&conn.state, fresh, now);
         Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());
-        self.cancel
-            .set(conn.addr, conn.key, conn.state.id, conn.generation.number());
+        self.cancel.set(
+            conn.addr,
+            conn.key,
+            conn.state.id,
+            conn.generation.number(),
+            now,
+        );
         self.server = Some(conn);
     }
 }

@@ -37,7 +37,7 @@ impl Session<'_> {
     /// must be closed, and why). A session-mode server is reset first.
     pub(super) fn finish(&mut self, close: Option<CloseReason>) {
         let srv = self.server.as_ref().map(|s| &s.state);
-        let mut wire = Session::wire(self.client);
+        let mut wire = Session::wire(self.client, &self.shared.cancels);
         let clean = self.relay.finish(srv, &mut wire) && close.is_none();
         let Some(conn) = self.server.take() else {
             return;

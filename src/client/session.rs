@@ -16,12 +16,13 @@ use super::timer::Timer;
 use crate::cancel::CancelSlot;
 use crate::counters::WarmSlot;
 use crate::lifecycle::Watch;
+use crate::listen::Inbox;
 use crate::login::Login;
 use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
-use crate::relay::{Io, Kind, Next, Policy, Relay};
+use crate::relay::{Io, Kind, Next, Policy, Relay, Subscribe};
 use crate::server::Server;
 use crate::shared::Shared;
 
@@ -36,12 +37,16 @@ enum Event {
     Server(std::io::Result<usize>),
     Abort,
     Timeout(Kind),
+    /// A notification from the pool's listening connection, for a client between requests.
+    Notification,
 }
 
 /// What the relay asks of the session while it works: the clock, and the client socket for
 /// bytes it may take without a copy.
 pub(super) struct Wire<'c> {
     pub client: &'c mut ClientStream,
+    /// Who took which server, for the process id a notification carries.
+    pub cancels: &'c crate::cancel::Cancels,
 }
 
 impl Io for Wire<'_> {
@@ -55,6 +60,10 @@ impl Io for Wire<'_> {
 
     fn offer_client(&mut self, bytes: &[u8]) -> usize {
         self.client.try_write_plain(bytes)
+    }
+
+    fn notifier(&mut self, server_pid: i32) -> i32 {
+        self.cancels.notifier(server_pid).unwrap_or(server_pid)
     }
 }
 
@@ -83,6 +92,9 @@ pub struct Session<'a> {
     /// The configuration generation the relay's policy was made from (its low bits): the
     /// policy is made again only after a reload or a change of the pool's mode.
     pub(super) policy_generation: u32,
+    /// The client's notifications, once it listens through the pool's listening connection
+    /// (`track`).
+    inbox: Option<Box<Inbox>>,
 }
 
 impl Drop for Session<'_> {
@@ -90,6 +102,13 @@ impl Drop for Session<'_> {
         // However the session ends (its task too may be dropped), a pin stops counting.
         if let Some(reason) = self.cancel.pin() {
             self.member.unpin(reason);
+        }
+        if self
+            .inbox
+            .as_ref()
+            .is_some_and(|i| !i.channels().is_empty())
+        {
+            self.pool.unlisten(self.relay.id(), None);
         }
     }
 }
@@ -122,13 +141,17 @@ impl<'a> Session<'a> {
             client_first: false,
             timer: None,
             policy_generation: generation as u32,
+            inbox: None,
             shared,
         }
     }
 
     /// The session's driver I/O for a relay call (the clock and the client socket).
-    pub(super) fn wire(client: &mut ClientStream) -> Wire<'_> {
-        Wire { client }
+    pub(super) fn wire<'c>(
+        client: &'c mut ClientStream,
+        cancels: &'c crate::cancel::Cancels,
+    ) -> Wire<'c> {
+        Wire { client, cancels }
     }
 
     /// Runs the session to its end and returns or discards the server it holds.
@@ -223,18 +246,30 @@ impl<'a> Session<'a> {
     /// Waits for the idle client to send something, or shutdown.
     async fn wait_readable(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
         loop {
-            let client = &mut *self.client;
+            // One borrow of the session (not one per field): an idle client's future is kept
+            // small.
+            let this = &mut *self;
             // poll_read_ready keeps no waiter node of its own, and one poll_fn no select state:
             // an idle client's task stays small.
             let woken = std::future::poll_fn(|cx| {
                 if close.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(None);
                 }
-                client.poll_read_ready(cx).map(Some)
+                if let Some(Poll::Ready(())) = this.inbox.as_mut().map(|i| i.poll_ready(cx)) {
+                    return Poll::Ready(Some(None));
+                }
+                this.client.poll_read_ready(cx).map(|r| Some(Some(r)))
             })
             .await;
-            if let Some(r) = woken {
-                return Ok(r?);
+            match woken {
+                Some(Some(r)) => return Ok(r?),
+                Some(None) => {
+                    self.deliver_notifications();
+                    // Boxed: rare, and an idle client's future stays small.
+                    Box::pin(self.flush_client()).await?;
+                    continue;
+                }
+                None => {}
             }
             // The deadline closes idle sessions too, so one watch covers both.
             let end = self.shared.lifecycle.client_shutdown();
@@ -292,6 +327,10 @@ impl<'a> Session<'a> {
                     self.check_killed()?;
                 }
                 Event::Timeout(kind) => self.timed_out(kind)?,
+                Event::Notification => {
+                    self.deliver_notifications();
+                    self.flush_client().await?;
+                }
             }
             if self.server.is_none() && self.relay.client_pending() == 0 {
                 return Ok(Flow::Continue);
@@ -310,6 +349,12 @@ impl<'a> Session<'a> {
             _ => None,
         };
         let mut timer = self.timer.as_deref_mut();
+        // Between requests (a pinned client's server idle) a notification may go out.
+        let mut inbox = self.inbox.as_deref_mut().filter(|_| {
+            self.server
+                .as_ref()
+                .map_or(true, |s| self.relay.quiet(&s.state))
+        });
         let client = &mut *self.client;
         let buffer = self.relay.policy().buffer();
         let cbuf = self.relay.client_in();
@@ -333,6 +378,9 @@ impl<'a> Session<'a> {
                 if let Poll::Ready(kind) = t.poll_due(due, cx) {
                     return Poll::Ready(Event::Timeout(kind));
                 }
+            }
+            if let Some(Poll::Ready(())) = inbox.as_mut().map(|i| i.poll_ready(cx)) {
+                return Poll::Ready(Event::Notification);
             }
             let Some((stream, rbuf)) = server.as_mut() else {
                 return poll_read_some(client, cbuf, cx).map(Event::Client);
@@ -364,10 +412,12 @@ impl<'a> Session<'a> {
                 srv,
                 &mut Wire {
                     client: &mut *self.client,
+                    cancels: &self.shared.cancels,
                 },
             )?;
             match next {
                 Next::Done => break,
+                Next::Subscribe => Box::pin(self.subscribe()).await,
                 Next::FlushServer => self.flush_server().await?,
                 Next::Quit => {
                     self.flush_server().await?;
@@ -408,6 +458,7 @@ impl<'a> Session<'a> {
             .expect("server messages are handled only while a server is held");
         let mut wire = Wire {
             client: &mut *self.client,
+            cancels: &self.shared.cancels,
         };
         self.relay.on_server(&mut srv.state, &mut wire)?;
         Ok(())
@@ -427,6 +478,10 @@ impl<'a> Session<'a> {
             self.relay.server_sent();
         }
         self.maybe_release();
+        if self.server.is_none() && self.inbox.is_some() {
+            // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
+            self.deliver_notifications();
+        }
         self.relay.end_round();
         self.flush_client().await?;
         if self.server.is_none() {
@@ -453,11 +508,66 @@ impl<'a> Session<'a> {
             &conn.state,
             &mut Wire {
                 client: &mut *self.client,
+                cancels: &self.shared.cancels,
             },
         );
         self.cancel.clear();
         conn.state.trim_buffers();
         self.pool.checkin_at(conn, now);
+    }
+
+    /// A lone `LISTEN`/`UNLISTEN` (`track`): done with the pool's listening connection, so
+    /// the client holds no server for it; answered as PostgreSQL answers it.
+    #[cold]
+    async fn subscribe(&mut self) {
+        let Some(sub) = self.relay.take_subscribe() else {
+            return;
+        };
+        let id = self.relay.id();
+        let inbox = self.inbox.get_or_insert_with(|| Box::new(Inbox::new(id)));
+        match sub {
+            Subscribe::Listen(channel) => {
+                let wait = self.shared.config.load().pool.query_wait_timeout;
+                let listen = self.pool.listen(&channel, inbox.mailbox());
+                let res = match tokio::time::timeout(wait, listen).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.pool.unlisten(id, Some(&channel));
+                        Err(crate::relay::error_fields(
+                            sqlstate::QUERY_CANCELED,
+                            format!(
+                                "the pooler's listening connection did not listen within {wait:?} (query_wait_timeout)"
+                            ),
+                        ))
+                    }
+                };
+                if res.is_ok() {
+                    inbox.note(true, Some(&channel));
+                }
+                self.relay.subscribed(true, res);
+            }
+            Subscribe::Unlisten(channel) => {
+                self.pool.unlisten(id, channel.as_deref());
+                inbox.note(false, channel.as_deref());
+                self.relay.subscribed(false, Ok(()));
+            }
+        }
+    }
+
+    /// Queues the notifications waiting in the inbox (and the warning of a loss) for the
+    /// client.
+    #[cold]
+    fn deliver_notifications(&mut self) {
+        let Some(inbox) = self.inbox.as_deref_mut() else {
+            return;
+        };
+        let mut wire = Wire {
+            client: &mut *self.client,
+            cancels: &self.shared.cancels,
+        };
+        while let Some(note) = inbox.try_recv() {
+            self.relay.notify(&note, inbox.take_lost(), &mut wire);
+        }
     }
 
     /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.

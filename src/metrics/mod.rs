@@ -44,6 +44,9 @@ pub struct ClientMetrics {
     /// Session state the pooler brought onto a client's new server
     /// (`pool.session_state: track`), by kind (setting: one per setting replayed).
     pub session_replays: IntCounterVec,
+    /// Notifications from a pool's listening connection, by result (queued for a client,
+    /// dropped from a full queue).
+    pub notifications: IntCounterVec,
     /// Errors the pooler itself answered, by SQLSTATE class (two characters).
     pub pooler_errors: IntCounterVec,
     /// What the pooler's timeouts did, by timeout (query: cancelled; idle_transaction and
@@ -181,6 +184,12 @@ impl Metrics {
                 "droidpool_session_replays_total",
                 "Session state replayed onto a client's new server, by kind.",
                 &["kind"],
+            ),
+            notifications: counter_vec(
+                &r,
+                "droidpool_notifications_total",
+                "Notifications a pool's listening connection received, per subscribed client, by result.",
+                &["result"],
             ),
             shed: counter_vec(
                 &r,

@@ -150,7 +150,7 @@ impl Pool {
     }
 
     /// One login over the pool's hosts, retried while it makes sense.
-    async fn connect(&self, warm: bool) -> Result<ServerConn, Failure> {
+    pub(super) async fn connect(&self, warm: bool) -> Result<ServerConn, Failure> {
         let b = &self.inner.backend;
         let route = self.route();
         let backoff = Backoff::new(b.backoff).unwrap_or_else(|_| {

@@ -59,32 +59,12 @@ impl Pool {
     }
 
     fn login_failed(&self, failure: Failure, held: bool, count: impl Fn(&str)) {
-        let err = match failure {
-            Failure::CircuitOpen(retry_after) => {
-                count("circuit_open");
-                self.circuit_error(retry_after)
-            }
-            Failure::NoFit(what) => {
-                count("no_fit");
-                PoolError::NoHostFits {
-                    database: self.inner.database.clone(),
-                    want: self.lock().route.tsa(),
-                    detail: what,
-                }
-            }
-            Failure::Server(e) if e.is_config_error() => {
-                count("config_error");
-                tracing::error!(pool = %self.inner.name, error = %e, "server login refused: check credentials and database");
-                return self.fail_waiters(PoolError::from_server(&e), true);
-            }
-            Failure::Server(e) => {
-                count("failure");
-                PoolError::Unavailable {
-                    database: self.inner.database.clone(),
-                    source: Arc::new(e),
-                }
-            }
-        };
+        let (err, label) = self.failure_error(failure);
+        count(label);
+        if label == "config_error" {
+            tracing::error!(pool = %self.inner.name, error = %err, "server login refused: check credentials and database");
+            return self.fail_waiters(err, true);
+        }
         if held {
             // Held clients wait out their hold; the next login starts with the next arrival
             // or maintenance tick.
@@ -95,6 +75,31 @@ impl Pool {
         // every waiter: no login will start before the next arrival).
         let all = !matches!(err, PoolError::Unavailable { .. }) || self.open_count() == 0;
         self.fail_waiters(err, all);
+    }
+
+    /// What a client is told of a failed login, and the `result` label it is counted under.
+    pub(super) fn failure_error(&self, failure: Failure) -> (PoolError, &'static str) {
+        match failure {
+            Failure::CircuitOpen(retry_after) => (self.circuit_error(retry_after), "circuit_open"),
+            Failure::NoFit(what) => (
+                PoolError::NoHostFits {
+                    database: self.inner.database.clone(),
+                    want: self.lock().route.tsa(),
+                    detail: what,
+                },
+                "no_fit",
+            ),
+            Failure::Server(e) if e.is_config_error() => {
+                (PoolError::from_server(&e), "config_error")
+            }
+            Failure::Server(e) => (
+                PoolError::Unavailable {
+                    database: self.inner.database.clone(),
+                    source: Arc::new(e),
+                },
+                "failure",
+            ),
+        }
     }
 
     fn fail_waiters(&self, err: PoolError, all: bool) {

@@ -10,6 +10,7 @@ mod hold;
 mod hosts;
 mod landing;
 mod limits;
+mod listener;
 mod maintenance;
 mod registry;
 mod settings;
@@ -20,6 +21,7 @@ pub use capacity::{Limit, LimitKind};
 pub use connect::Backend;
 pub use error::{PoolError, ServerFailure};
 pub use hosts::{Host, Hosts, Route};
+pub use listener::ListenResult;
 pub use registry::{PoolKey, Pools};
 pub use settings::{resolve, PoolSettings, Resolved, RouteSpec};
 
@@ -215,6 +217,8 @@ struct PoolInner {
     /// `shutdown` has fired, as the maintenance task saw it (set before it closes the idle
     /// servers): one atomic load per checkin, where the token's own check takes a lock.
     closing: std::sync::atomic::AtomicBool,
+    /// Who listens on which channel, and the listening connection's task (`listener`).
+    listen: Mutex<listener::ListenState>,
 }
 
 impl Pool {
@@ -259,6 +263,7 @@ impl Pool {
                 resetting: AtomicI64::new(0),
                 pins: Mutex::new(Vec::new()),
                 closing: std::sync::atomic::AtomicBool::new(false),
+                listen: Mutex::new(Default::default()),
                 database: key.database.clone(),
                 user: key.user.clone(),
                 lookup,

@@ -205,6 +205,14 @@ pub fn ready_for_query(buf: &mut BytesMut, status: u8) {
     finish(buf, at);
 }
 
+/// A CommandComplete with command tag `tag`.
+pub fn command_complete(buf: &mut BytesMut, tag: &str) {
+    let at = begin(buf, COMMAND_COMPLETE_TAG);
+    buf.put_slice(tag.as_bytes());
+    buf.put_u8(0);
+    finish(buf, at);
+}
+
 /// An ErrorResponse (or, with `notice`, a NoticeResponse) with severity, code and message.
 pub fn error_response(buf: &mut BytesMut, fields: &ErrorFields) {
     notice_or_error(buf, ERROR_RESPONSE_TAG, fields)

@@ -6,11 +6,22 @@ use bytes::Buf;
 use super::error::ClientFault;
 use super::pass::Pass;
 use super::pin::state_refusal;
-use super::{error_fields, Io, Next, Relay, StateRule};
+use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
 use crate::server::{Owed, Request, ServerState};
+use crate::session_state::detect::{subscription as lone_subscription, Effect};
+
+/// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
+fn subscription(msg: &[u8]) -> Option<Subscribe> {
+    let sql = f::query_text(msg).ok()?;
+    match lone_subscription(sql)? {
+        Effect::Listen { channel } => Some(Subscribe::Listen(channel)),
+        Effect::Unlisten { channel } => Some(Subscribe::Unlisten(channel)),
+        _ => None,
+    }
+}
 
 /// At most this many replies owed by one server before the client's next message waits:
 /// a client that pipelines without reading is pushed back instead of queued.
@@ -97,6 +108,13 @@ impl Relay {
                         continue;
                     }
                 }
+                if tag == f::QUERY_TAG && whole && self.policy.track_settings {
+                    if let Some(sub) = subscription(&self.client.cbuf[..seen]) {
+                        self.drop_client(seen, total);
+                        self.client.subscribe = Some(Box::new(sub));
+                        return Ok(Next::Subscribe);
+                    }
+                }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
                     return Ok(Next::NeedServer { tag });
                 }
@@ -137,6 +155,49 @@ impl Relay {
             backend::ready_for_query(&mut self.client.cout, backend::TX_IDLE);
         } else {
             self.client.skipping = true;
+        }
+    }
+
+    /// Whether the held server `srv` is between requests: it owes nothing, no transaction is
+    /// open and the client has sent nothing more (a notification may go out now).
+    pub fn quiet(&self, srv: &ServerState) -> bool {
+        srv.replies.is_empty()
+            && self.batch.status == backend::TX_IDLE
+            && self.client.cbuf.is_empty()
+    }
+
+    /// The `LISTEN`/`UNLISTEN` of [`Next::Subscribe`], for the driver to do.
+    pub fn take_subscribe(&mut self) -> Option<Subscribe> {
+        self.client.subscribe.take().map(|b| *b)
+    }
+
+    /// Answers the `LISTEN`/`UNLISTEN` the driver did (or could not do), as PostgreSQL
+    /// does outside a transaction block.
+    pub fn subscribed(&mut self, listen: bool, res: Result<(), ErrorFields>) {
+        let out = &mut self.client.cout;
+        match res {
+            Ok(()) => backend::command_complete(out, if listen { "LISTEN" } else { "UNLISTEN" }),
+            Err(fields) => {
+                self.metrics.pooler_error(&fields.code);
+                backend::error_response(out, &fields);
+            }
+        }
+        backend::ready_for_query(out, backend::TX_IDLE);
+    }
+
+    /// A notification (a whole NotificationResponse from the pool's listening connection)
+    /// for this idle client, with its sender as the client knows it; an empty one marks a
+    /// loss only. `lost`: notifications meant for it were dropped (it is warned first).
+    pub fn notify<I: Io>(&mut self, msg: &[u8], lost: bool, io: &mut I) {
+        if lost {
+            crate::listen::lost_notice(&mut self.client.cout);
+        }
+        if msg.is_empty() {
+            return;
+        }
+        match super::replies::renumbered(msg, io) {
+            Some(m) => self.client.cout.extend_from_slice(&m),
+            None => self.client.cout.extend_from_slice(msg),
         }
     }
 

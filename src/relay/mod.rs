@@ -58,6 +58,21 @@ pub trait Io {
     /// Offers bytes to the client without waiting; returns how many it took (the machine
     /// copies the rest into its client buffer).
     fn offer_client(&mut self, bytes: &[u8]) -> usize;
+    /// The process id a notification sent by server process `server_pid` carries to the
+    /// client: the cancel key of the client that ran on that server (the only process ids a
+    /// client was ever told), or `server_pid` when no client did.
+    fn notifier(&mut self, server_pid: i32) -> i32 {
+        server_pid
+    }
+}
+
+/// A lone `LISTEN` or `UNLISTEN` the pool's listening connection serves (`track`): the
+/// client holds no server for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscribe {
+    Listen(String),
+    /// `None`: `UNLISTEN *`.
+    Unlisten(Option<String>),
 }
 
 /// What the driver does after [`Relay::on_client`].
@@ -73,6 +88,10 @@ pub enum Next {
     FlushServer,
     /// The client sent Terminate.
     Quit,
+    /// A lone `LISTEN`/`UNLISTEN` with no server held (`track`): do it with the pool's
+    /// listening connection ([`Relay::take_subscribe`]), then answer with
+    /// [`Relay::subscribed`].
+    Subscribe,
 }
 
 /// The client's side: its bytes both ways and where its message stream stands.
@@ -96,6 +115,8 @@ struct ClientSide {
     /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
     /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
     log: Option<Box<track::Log>>,
+    /// The `LISTEN`/`UNLISTEN` handed to the driver ([`Next::Subscribe`]).
+    subscribe: Option<Box<Subscribe>>,
 }
 
 /// The batch in flight on the held server.

@@ -50,6 +50,14 @@ fn must_hold(tag: u8, total: usize) -> bool {
     }
 }
 
+/// NotificationResponse `msg` with its sender's process id as the client knows it
+/// ([`Io::notifier`]), if that differs from the server's.
+pub(super) fn renumbered<I: Io>(msg: &[u8], io: &mut I) -> Option<Bytes> {
+    let (pid, _, _) = crate::listen::parse_notification(&msg[frame::HEADER_LEN..])?;
+    let to = io.notifier(pid);
+    (to != pid).then(|| crate::listen::with_pid(msg, to))
+}
+
 impl Relay {
     /// Handles every whole message buffered from held server `srv` (its read buffer):
     /// forwarded messages and the pooler's own answers go to the client in order. A leading
@@ -297,6 +305,10 @@ impl Relay {
             self.note_settings_error();
         }
         let mut substitute = None;
+        if tag == b::NOTIFICATION_RESPONSE_TAG {
+            // The sender as the client knows it: the key the pooler gave that client.
+            substitute = msg.and_then(|m| renumbered(m, io));
+        }
         if let Some(done) = step.completed.take() {
             // A FATAL ends the session whatever it met: it is the client's to see, never
             // replaced by the pooler's own answer to the request in front.

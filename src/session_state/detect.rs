@@ -113,6 +113,47 @@ fn single(sql: &[u8]) -> Option<&[u8]> {
     (!matches!(stmt.first(), Some(b'-' | b'/'))).then_some(stmt)
 }
 
+/// A Query that is one `LISTEN` or `UNLISTEN` and nothing else (the pool's listening
+/// connection serves it): the statement's effect, its channel as PostgreSQL names it
+/// (folded, and cut to the 63 bytes of an identifier).
+pub fn subscription(sql: &[u8]) -> Option<Effect> {
+    let stmt = single(sql)?;
+    // Cheap first: most Queries begin with neither word.
+    if !matches!(stmt.first(), Some(b'l' | b'L' | b'u' | b'U')) {
+        return None;
+    }
+    let mut t = Tokens::new(stmt);
+    let verb = t.next()?;
+    let e = if verb.is("listen") {
+        Effect::Listen {
+            channel: identifier(name_of(&t.next()?)?),
+        }
+    } else if verb.is("unlisten") {
+        match t.next()? {
+            Token::Other(b"*") => Effect::Unlisten { channel: None },
+            n => Effect::Unlisten {
+                channel: Some(identifier(name_of(&n)?)),
+            },
+        }
+    } else {
+        return None;
+    };
+    t.next().is_none().then_some(e)
+}
+
+/// A name cut as PostgreSQL cuts an identifier: to at most 63 bytes, whole characters.
+fn identifier(mut name: String) -> String {
+    const MAX: usize = 63;
+    if name.len() > MAX {
+        let mut end = MAX;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    name
+}
+
 /// How many statements `sql` holds (each answered with its own CommandComplete).
 pub fn count(sql: &[u8]) -> usize {
     statements(sql).count()

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::params::ClientParams;
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Io, Next, Policy, Relay};
+use crate::relay::{Io, Next, Policy, Relay, Subscribe};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -543,6 +543,13 @@ impl<'p> Sim<'p> {
                     self.flush_client(c)?;
                     self.end_session(c);
                     return Ok(());
+                }
+                Next::Subscribe => {
+                    // The model has no listening connection: the programs send no LISTEN.
+                    let cl = &mut self.clients[c];
+                    let listen = matches!(cl.relay.take_subscribe(), Some(Subscribe::Listen(_)));
+                    let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
+                    cl.relay.subscribed(listen, Err(e));
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {

@@ -17,6 +17,7 @@ mod prepared;
 mod relay;
 mod security;
 mod server_check;
+mod session_listen;
 mod session_state;
 mod session_track;
 mod support;

@@ -302,3 +302,36 @@ fn the_quick_paths_agree_with_the_lexer() {
     );
     assert_eq!(one("select 1 from pgbench_accounts where aid = 1"), None);
 }
+
+#[test]
+fn a_lone_listen_or_unlisten_is_a_subscription() {
+    let listen = |c: &str| Some(Effect::Listen { channel: c.into() });
+    assert_eq!(subscription(b"LISTEN Foo"), listen("foo"));
+    assert_eq!(subscription(b"  listen \"Foo\" ;  "), listen("Foo"));
+    assert_eq!(
+        subscription(b"UNLISTEN *"),
+        Some(Effect::Unlisten { channel: None })
+    );
+    assert_eq!(
+        subscription(b"unlisten x"),
+        Some(Effect::Unlisten {
+            channel: Some("x".into())
+        })
+    );
+    let long = format!("listen {}", "é".repeat(40));
+    let Some(Effect::Listen { channel }) = subscription(long.as_bytes()) else {
+        panic!("a long name is still a channel");
+    };
+    assert_eq!(channel.len(), 62);
+    for sql in [
+        "listen a; select 1",
+        "select 1",
+        "listen a b",
+        "-- listen a\nselect 1",
+        "listen",
+        "unlisten 'x'",
+        "LISTENER a",
+    ] {
+        assert_eq!(subscription(sql.as_bytes()), None, "{sql}");
+    }
+}

@@ -1,0 +1,207 @@
+//! `LISTEN` under `pool.session_state: track` against a real PostgreSQL: the pool's one
+//! listening connection serves every listening client, so a listener holds no server (a
+//! pool of one server keeps serving a busy client while three clients listen); a
+//! notification reaches the clients listening on its channel and no other, none comes after
+//! `UNLISTEN` or from a rolled-back `NOTIFY`, and its sender's process id is the key the
+//! pooler gave the sending client. A listening connection terminated by PostgreSQL is opened
+//! again, listens again, and its clients are warned that notifications may have been lost.
+
+use std::time::Duration;
+
+use tokio::task::block_in_place;
+
+use crate::core::create_db;
+use crate::support::raw::{tags, Raw};
+use crate::support::{self, Pooler};
+use droid_pool::protocol::frame::Frame;
+
+const USER: &str = "droid";
+
+fn start(db: &str) -> Pooler {
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+         session_state: track\n  query_wait_timeout: 5s\nauth:\n  user_methods:\n    \
+         {USER}: trust\n"
+    );
+    block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
+}
+
+/// A NotificationResponse's sender, channel and payload.
+fn note(f: &Frame) -> (i32, String, String) {
+    assert_eq!(f.tag, b'A', "a notification, not {:?}", f.tag as char);
+    let (pid, channel, payload) =
+        droid_pool::listen::parse_notification(f.body()).expect("a notification");
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (pid, s(channel), s(payload))
+}
+
+async fn ok(c: &mut Raw, sql: &str) {
+    let f = c.query(sql).await;
+    assert!(!tags(&f).contains('E'), "{sql}: {}", tags(&f));
+}
+
+/// The next message within a few seconds: a notification expected.
+async fn next_note(c: &mut Raw) -> (i32, String, String) {
+    note(&c.recv().await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_hold_no_server_and_hear_only_their_channels() {
+    let db = "ls_basic";
+    let p = start(db);
+    let (mut l1, k1) = Raw::connect_keyed(p.port(), USER, db).await;
+    let mut l2 = Raw::connect(p.port(), USER, db).await;
+    let mut l3 = Raw::connect(p.port(), USER, db).await;
+    let (mut b, kb) = Raw::connect_keyed(p.port(), USER, db).await;
+
+    // B holds the pool's only server in an open block while the others LISTEN: each is
+    // answered at once (a LISTEN that needed a server would wait out query_wait_timeout).
+    ok(&mut b, "begin; select 1").await;
+    for (c, ch) in [(&mut l1, "ch"), (&mut l2, "\"ch\""), (&mut l3, "other")] {
+        let f = tokio::time::timeout(Duration::from_secs(2), c.query(&format!("LISTEN {ch}")))
+            .await
+            .expect("LISTEN answered while the only server is held");
+        assert_eq!(tags(&f), "CZ", "LISTEN {ch}");
+    }
+    ok(&mut b, "NOTIFY ch, 'in block'; commit").await;
+    for l in [&mut l1, &mut l2] {
+        assert_eq!(next_note(l).await, (kb.0, "ch".into(), "in block".into()));
+    }
+    assert!(
+        l3.silent_for(Duration::from_millis(300)).await,
+        "l3 listens on another channel"
+    );
+
+    // A rolled-back NOTIFY sends nothing; pg_notify does as NOTIFY does.
+    ok(&mut b, "begin; notify ch, 'rolled back'; rollback").await;
+    ok(&mut b, "select pg_notify('other', 'to l3')").await;
+    assert_eq!(
+        next_note(&mut l3).await,
+        (kb.0, "other".into(), "to l3".into())
+    );
+    assert!(l1.silent_for(Duration::from_millis(300)).await);
+    assert!(l2.silent_for(Duration::from_millis(100)).await);
+
+    // After UNLISTEN, nothing more for l2; l1 still hears, its own NOTIFY too (with its own
+    // key, as a direct session hears itself).
+    let f = l2.query("UNLISTEN ch").await;
+    assert_eq!(tags(&f), "CZ");
+    ok(&mut l1, "NOTIFY ch, 'self'").await;
+    assert_eq!(next_note(&mut l1).await, (k1.0, "ch".into(), "self".into()));
+    assert!(l2.silent_for(Duration::from_millis(300)).await);
+
+    // A listener that runs transactions gets notifications between them, and meanwhile the
+    // busy client keeps the one server going.
+    let mut got = Vec::new();
+    for i in 0..20 {
+        ok(&mut b, &format!("select pg_notify('ch', 'n{i}')")).await;
+        let f = l1.query("select 1").await;
+        // Between transactions: never inside the reply to l1's own query.
+        let at = f.iter().position(|f| f.tag == b'A');
+        assert!(at.map_or(true, |i| i == 0), "{}", tags(&f));
+        got.extend(f.iter().filter(|f| f.tag == b'A').map(|f| note(f).2));
+    }
+    while got.len() < 20 {
+        let f = l1.recv().await;
+        if f.tag == b'A' {
+            got.push(note(&f).2);
+        }
+    }
+    assert_eq!(got, (0..20).map(|i| format!("n{i}")).collect::<Vec<_>>());
+
+    // UNLISTEN * ends l3's subscriptions.
+    ok(&mut l3, "UNLISTEN *").await;
+    ok(&mut b, "select pg_notify('other', 'late')").await;
+    assert!(l3.silent_for(Duration::from_millis(300)).await);
+}
+
+/// The listening connection is counted: one server for the clients' transactions and one
+/// listening, however many clients listen; it closes when the last listener leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_listening_connection_per_pool() {
+    let db = "ls_count";
+    let p = start(db);
+    let pg = support::shared();
+    let direct = pg.connect(USER, "postgres").await;
+    let count = || async {
+        let rows = direct
+            .query(
+                "select count(*)::int from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
+                &[&db],
+            )
+            .await
+            .unwrap();
+        rows[0].get::<_, i32>(0)
+    };
+    let mut ls = Vec::new();
+    for i in 0..5 {
+        let mut l = Raw::connect(p.port(), USER, db).await;
+        ok(&mut l, &format!("LISTEN c{i}")).await;
+        ok(&mut l, "LISTEN shared").await;
+        ls.push(l);
+    }
+    let mut b = Raw::connect(p.port(), USER, db).await;
+    ok(&mut b, "select pg_notify('shared', 'all')").await;
+    for l in &mut ls {
+        assert_eq!(next_note(l).await.2, "all");
+    }
+    assert_eq!(
+        count().await,
+        2,
+        "one server for transactions, one listening"
+    );
+    drop(ls);
+    let mut closed = false;
+    for _ in 0..50 {
+        if count().await == 1 {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        closed,
+        "the listening connection closes with its last listener"
+    );
+}
+
+/// PostgreSQL terminates the listening connection: its clients are warned (01000), and once
+/// it is open again they hear their channels again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listening_connection_is_reopened_and_its_clients_warned() {
+    let db = "ls_lost";
+    let p = start(db);
+    let pg = support::shared();
+    let direct = pg.connect(USER, "postgres").await;
+    let mut l = Raw::connect(p.port(), USER, db).await;
+    ok(&mut l, "LISTEN ch").await;
+    let rows = direct
+        .query(
+            "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 \
+             and query ilike 'listen%'",
+            &[&db],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one listening backend");
+    let warned = l.recv().await;
+    assert_eq!(
+        warned.tag, b'N',
+        "a warning that notifications may have been lost"
+    );
+    assert_eq!(crate::support::raw::sqlstate(&warned), "01000");
+    let mut b = Raw::connect(p.port(), USER, db).await;
+    // Listening again takes a login: notify until one arrives.
+    let mut heard = false;
+    for i in 0..50 {
+        ok(&mut b, &format!("select pg_notify('ch', 'again {i}')")).await;
+        if let Ok(f) = tokio::time::timeout(Duration::from_millis(200), l.recv()).await {
+            assert!(note(&f).2.starts_with("again"));
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "notifications flow again after the reopen");
+}
