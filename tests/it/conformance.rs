@@ -10,11 +10,11 @@
 //! client leaves behind is what the next one would see).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::block_in_place;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
 use crate::core::create_db;
 use crate::support::{self, Pooler};
@@ -25,7 +25,15 @@ const DB: &str = "conformance";
 struct Scenario {
     name: &'static str,
     phases: &'static [&'static [&'static [&'static str]]],
+    /// Its clients LISTEN: run through `track` only (under `pin` a listener keeps its server,
+    /// so a pool of one cannot serve three listeners and a notifier at once).
+    listens: bool,
 }
+
+/// A step that waits (milliseconds follow), so clients of a phase meet in a known order.
+const WAIT: &str = "-- wait ";
+/// A step that answers with the notifications the client received since the last such step.
+const NOTES: &str = "-- notifications";
 
 const SCENARIOS: &[Scenario] = &[
     Scenario {
@@ -34,6 +42,7 @@ const SCENARIOS: &[Scenario] = &[
             &[&["SET search_path TO conf_a, public", "show search_path"]],
             &[&["show search_path", "select 1", "show search_path"]],
         ],
+        listens: false,
     },
     Scenario {
         name: "a SET stays with its client while another runs",
@@ -49,6 +58,7 @@ const SCENARIOS: &[Scenario] = &[
             ],
             &["show work_mem", "select 2", "show work_mem"],
         ]],
+        listens: false,
     },
     Scenario {
         name: "a SET in a rolled-back block is undone",
@@ -59,6 +69,7 @@ const SCENARIOS: &[Scenario] = &[
             "rollback",
             "show work_mem",
         ]]],
+        listens: false,
     },
     Scenario {
         name: "SET LOCAL ends with its transaction",
@@ -72,6 +83,7 @@ const SCENARIOS: &[Scenario] = &[
             ]],
             &[&["show work_mem"]],
         ],
+        listens: false,
     },
     Scenario {
         name: "a failed SET changes nothing",
@@ -80,6 +92,7 @@ const SCENARIOS: &[Scenario] = &[
             "SET work_mem = 'lots'",
             "show work_mem",
         ]]],
+        listens: false,
     },
     Scenario {
         name: "look-alikes in literals and comments",
@@ -93,6 +106,7 @@ const SCENARIOS: &[Scenario] = &[
             ]],
             &[&["show work_mem"]],
         ],
+        listens: false,
     },
     Scenario {
         name: "SQL PREPARE and EXECUTE across transactions, names per client",
@@ -106,6 +120,7 @@ const SCENARIOS: &[Scenario] = &[
             ],
             &["PREPARE conf_q AS select 'b'", "select 2", "EXECUTE conf_q"],
         ]],
+        listens: false,
     },
     Scenario {
         name: "a temp table across transactions while others run",
@@ -123,6 +138,7 @@ const SCENARIOS: &[Scenario] = &[
                and pg_table_is_visible(oid)",
             ],
         ]],
+        listens: false,
     },
     Scenario {
         name: "a WITH HOLD cursor across transactions",
@@ -135,6 +151,7 @@ const SCENARIOS: &[Scenario] = &[
             "fetch 1 from conf_c",
             "close conf_c",
         ]]],
+        listens: false,
     },
     Scenario {
         name: "a departed client's lock and temp table are gone",
@@ -149,6 +166,7 @@ const SCENARIOS: &[Scenario] = &[
                 "select count(*) from pg_class where relname = 'conf_gone'",
             ]],
         ],
+        listens: false,
     },
     Scenario {
         name: "a SET in a failed multi-statement query changes nothing",
@@ -158,6 +176,7 @@ const SCENARIOS: &[Scenario] = &[
             "begin; SET work_mem = '12MB'; commit; select 1",
             "show work_mem",
         ]]],
+        listens: false,
     },
     Scenario {
         name: "a rollback to a savepoint undoes the SETs after it",
@@ -179,6 +198,7 @@ const SCENARIOS: &[Scenario] = &[
             ]],
             &[&["show work_mem", "show search_path"]],
         ],
+        listens: false,
     },
     Scenario {
         name: "DISCARD ALL and RESET ALL",
@@ -193,6 +213,65 @@ const SCENARIOS: &[Scenario] = &[
             ]],
             &[&["show work_mem"]],
         ],
+        listens: false,
+    },
+    Scenario {
+        name: "notifications reach their channel's listeners only, committed, until UNLISTEN",
+        phases: &[&[
+            &[
+                "LISTEN conf_ch",
+                "-- wait 800",
+                NOTES,
+                "-- wait 1200",
+                NOTES,
+            ],
+            &[
+                "LISTEN \"conf_ch\"",
+                "-- wait 800",
+                NOTES,
+                "UNLISTEN conf_ch",
+                "-- wait 1200",
+                NOTES,
+            ],
+            &[
+                "LISTEN conf_other",
+                "-- wait 800",
+                NOTES,
+                "-- wait 1200",
+                NOTES,
+            ],
+            &[
+                "-- wait 400",
+                "NOTIFY conf_ch, 'one'",
+                "begin",
+                "NOTIFY conf_ch, 'rolled back'",
+                "rollback",
+                "select pg_notify('conf_ch', 'two')",
+                "-- wait 1000",
+                "NOTIFY conf_ch, 'three'",
+                "begin; select 1; commit",
+                NOTES,
+            ],
+        ]],
+        listens: true,
+    },
+    Scenario {
+        name: "a listener hears itself, and UNLISTEN * ends all",
+        phases: &[&[
+            &[
+                "LISTEN conf_x",
+                "LISTEN conf_y",
+                "NOTIFY conf_x, 'self'",
+                "-- wait 300",
+                NOTES,
+                "UNLISTEN *",
+                "NOTIFY conf_y, 'gone'",
+                "-- wait 300",
+                NOTES,
+            ],
+            &["select 1", "-- wait 100", "select 2"],
+        ]],
+        listens: true,
     },
 ];
 
@@ -232,9 +311,20 @@ async fn run(port: u16, s: &Scenario) -> Vec<Vec<String>> {
                     let (c, connection) = tokio_postgres::connect(&conn, NoTls)
                         .await
                         .unwrap_or_else(|e| panic!("connect to {port}: {e}"));
-                    tokio::spawn(connection);
+                    let notes = Arc::new(Mutex::new(Vec::new()));
+                    tokio::spawn(deliver(connection, notes.clone()));
                     let mut out = Vec::new();
                     for sql in steps {
+                        if let Some(ms) = sql.strip_prefix(WAIT) {
+                            let ms: u64 = ms.parse().expect("milliseconds");
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            continue;
+                        }
+                        if sql == NOTES {
+                            let got: Vec<String> = std::mem::take(&mut *notes.lock().unwrap());
+                            out.push(format!("notes [{}]", got.join(",")));
+                            continue;
+                        }
                         out.push(
                             tokio::time::timeout(Duration::from_secs(20), answer(&c, sql))
                                 .await
@@ -253,6 +343,22 @@ async fn run(port: u16, s: &Scenario) -> Vec<Vec<String>> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     all
+}
+
+/// Drives a client's connection, keeping the notifications it receives (channel:payload).
+async fn deliver<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    notes: Arc<Mutex<Vec<String>>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(m)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        if let AsyncMessage::Notification(n) = m {
+            let mut notes = notes.lock().unwrap();
+            notes.push(format!("{}:{}", n.channel(), n.payload()));
+        }
+    }
 }
 
 /// Another client's short transactions on the pool, until `stop`.
@@ -281,11 +387,14 @@ fn pooler(size: usize, state: &str) -> Pooler {
 }
 
 /// The scenarios whose answers through `p` differ from the direct ones.
-async fn differences(p: &Pooler, direct: &[Vec<Vec<String>>]) -> Vec<String> {
+async fn differences(p: &Pooler, direct: &[Vec<Vec<String>>], listens: bool) -> Vec<String> {
     let stop = Arc::new(AtomicBool::new(false));
     let other = noise(p.port(), stop.clone());
     let mut diffs = Vec::new();
     for (s, want) in SCENARIOS.iter().zip(direct) {
+        if s.listens && !listens {
+            continue;
+        }
         let got = run(p.port(), s).await;
         if &got != want {
             diffs.push(format!(
@@ -317,11 +426,18 @@ async fn session_state_through_the_pooler_matches_postgresql() {
     assert_eq!(direct[10][0][0], "ERR 22012");
     assert_eq!(direct[10][0][3], "12MB;#0");
     assert_eq!(direct[11][0][8], "13MB;#0");
+    let notes = &direct[13];
+    assert_eq!(notes[0][1], "notes [conf_ch:one,conf_ch:two]");
+    assert_eq!(notes[0][2], "notes [conf_ch:three]");
+    assert_eq!(notes[1][3], "notes []", "none after UNLISTEN");
+    assert_eq!(notes[2][1], "notes []", "none for another channel");
+    assert_eq!(direct[14][0][3], "notes [conf_x:self]");
+    assert_eq!(direct[14][0][6], "notes []");
 
     for state in ["pin", "track"] {
         for size in [1, 2] {
             let p = pooler(size, state);
-            let diffs = differences(&p, &direct).await;
+            let diffs = differences(&p, &direct, state == "track").await;
             assert!(
                 diffs.is_empty(),
                 "{state}, pool of {size}: {} scenario(s) differ from PostgreSQL:\n{}",
@@ -332,7 +448,7 @@ async fn session_state_through_the_pooler_matches_postgresql() {
     }
     // The comparison can fail: with `off` a setting reaches the next client.
     let p = pooler(1, "off");
-    let diffs = differences(&p, &direct).await;
+    let diffs = differences(&p, &direct, false).await;
     assert!(
         diffs
             .iter()
