@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use tokio_util::io::poll_read_buf;
 
+use super::checkout::Taken;
 use super::error::{ClientError, Loss};
 use super::timer::Timer;
 use crate::cancel::CancelSlot;
@@ -417,7 +418,6 @@ impl<'a> Session<'a> {
             )?;
             match next {
                 Next::Done => break,
-                Next::Subscribe => Box::pin(self.subscribe()).await,
                 Next::FlushServer => self.flush_server().await?,
                 Next::Quit => {
                     self.flush_server().await?;
@@ -425,22 +425,32 @@ impl<'a> Session<'a> {
                     return Ok(Flow::Quit);
                 }
                 Next::NeedServer { tag } => {
-                    // Not boxed: a wait is a small future (the idle check and the settings
-                    // sync, which are not, are boxed inside it when due).
-                    let res = match self.acquire_now() {
-                        Ok(()) => Ok(()),
-                        Err(taken) => self.acquire(taken).await,
-                    };
-                    match res {
-                        Ok(()) => {}
-                        Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe)?,
-                        Err(other) => return Err(other),
+                    if let Err(taken) = self.acquire_now() {
+                        self.wait(Some((tag, taken))).await?;
                     }
                 }
+                // One wait for both (each await is a state of this hot future).
+                Next::Subscribe => self.wait(None).await?,
             }
         }
         self.finish_round().await?;
         Ok(Flow::Continue)
+    }
+
+    /// Waits for a server (`Some`: for the message of type `tag`; a refusal is answered to
+    /// the client), or (`None`) does the client's `LISTEN`/`UNLISTEN`.
+    async fn wait(&mut self, server: Option<(u8, Taken)>) -> Result<(), ClientError> {
+        let Some((tag, taken)) = server else {
+            Box::pin(self.subscribe()).await;
+            return Ok(());
+        };
+        // Not boxed: a wait is a small future (the idle check and the settings sync, which
+        // are not, are boxed inside it when due).
+        match self.acquire(taken).await {
+            Ok(()) => Ok(()),
+            Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe),
+            Err(other) => Err(other),
+        }
     }
 
     /// Feeds what the server sent to the relay, then ends the round.

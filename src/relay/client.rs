@@ -15,6 +15,13 @@ use crate::session_state::detect::{subscription as lone_subscription, Effect};
 
 /// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
 fn subscription(msg: &[u8]) -> Option<Subscribe> {
+    // Cheap first (every Query of a client holding no server comes here): a text that
+    // begins with neither word (nor a blank) is not scanned.
+    match msg.get(frame::HEADER_LEN)? {
+        b'l' | b'L' | b'u' | b'U' => {}
+        b if b.is_ascii_whitespace() => {}
+        _ => return None,
+    }
     let sql = f::query_text(msg).ok()?;
     match lone_subscription(sql)? {
         Effect::Listen { channel } => Some(Subscribe::Listen(channel)),
@@ -108,7 +115,7 @@ impl Relay {
                         continue;
                     }
                 }
-                if tag == f::QUERY_TAG && whole && self.policy.track_settings {
+                if self.policy.track_settings && tag == f::QUERY_TAG && whole {
                     if let Some(sub) = subscription(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
                         self.client.subscribe = Some(Box::new(sub));

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 
 use super::{error_fields, Relay, StateRule};
 use crate::protocol::backend::{self, ErrorFields};
-use crate::protocol::frame::HEADER_LEN;
+use crate::protocol::frame::{self, HEADER_LEN};
 use crate::protocol::frontend as f;
 use crate::protocol::sqlstate;
 use crate::server::ServerState;
@@ -60,14 +60,22 @@ impl Pin {
 /// on in pieces shows its start, where the statements' first words are).
 fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
     let body = msg.get(HEADER_LEN..).unwrap_or_default();
+    let whole = frame::peek_header(msg).is_some_and(|(_, len)| len as usize + 1 == msg.len());
+    if tag == f::QUERY_TAG && whole {
+        // A whole Query ends with its text's NUL: no scan for it. (A text with a NUL
+        // inside is refused by PostgreSQL, whatever the pooler reads of it.)
+        if let Some((0, text)) = body.split_last() {
+            return text;
+        }
+    }
     let text = match tag {
-        f::PARSE_TAG => match body.iter().position(|&b| b == 0) {
+        f::PARSE_TAG => match memchr::memchr(0, body) {
             Some(end) => &body[end + 1..],
             None => &[],
         },
         _ => body,
     };
-    match text.iter().position(|&b| b == 0) {
+    match memchr::memchr(0, text) {
         Some(end) => &text[..end],
         None => text,
     }
@@ -226,6 +234,10 @@ impl Relay {
     ) -> bool {
         let mut found = Vec::new();
         effects(sql_of(tag, msg), &mut found);
+        if found.is_empty() && self.client.log.is_none() && !self.client.pin.has_pending() {
+            // The usual statement: nothing to note, nothing that pins or ends a pin.
+            return false;
+        }
         let track = self.policy.track_settings;
         let unfollowed = if track {
             self.note_settings(tag, msg, whole, &found)

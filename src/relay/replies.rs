@@ -189,6 +189,14 @@ impl Relay {
                             None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                         }
                     }
+                    // The sender as the client knows it: the key the pooler gave that client.
+                    None if tag == b::NOTIFICATION_RESPONSE_TAG => match renumbered(msg, io) {
+                        Some(m) => {
+                            direct.spill(&mut self.client.cout, buf);
+                            self.client.cout.extend_from_slice(&m);
+                        }
+                        None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
+                    },
                     None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                 }
                 if step.ready {
@@ -305,10 +313,6 @@ impl Relay {
             self.note_settings_error();
         }
         let mut substitute = None;
-        if tag == b::NOTIFICATION_RESPONSE_TAG {
-            // The sender as the client knows it: the key the pooler gave that client.
-            substitute = msg.and_then(|m| renumbered(m, io));
-        }
         if let Some(done) = step.completed.take() {
             // A FATAL ends the session whatever it met: it is the client's to see, never
             // replaced by the pooler's own answer to the request in front.

@@ -91,6 +91,9 @@ pub enum Discard {
 /// statement (from 0): a multi-statement Query's effects stick only as far as its
 /// statements succeed.
 pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
+    if plainly_nothing(sql) {
+        return;
+    }
     if let Some(stmt) = single(sql) {
         // One statement (the usual case): no need to lex it for its boundaries.
         statement_effects(stmt, &mut |e| out.push((0, e)));
@@ -98,6 +101,82 @@ pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
     }
     for (i, stmt) in statements(sql).enumerate() {
         statement_effects(stmt, &mut |e| out.push((i, e)));
+    }
+}
+
+/// The usual query, settled in one pass over its text, eight bytes at a time: a `SELECT` with
+/// no `;` but a last one (one statement, whatever its quotes hold), no `(` (no function
+/// call) and no `INTO` makes no session state. Anything else is read in full.
+fn plainly_nothing(sql: &[u8]) -> bool {
+    // `select` and a blank, without case, from one load.
+    let Some(head) = sql.get(..7) else {
+        return false;
+    };
+    let word = u64::from_le_bytes([head[0], head[1], head[2], head[3], head[4], head[5], 0, 0]);
+    if word | 0x2020_2020_2020 != u64::from_le_bytes(*b"select\0\0")
+        || !head[6].is_ascii_whitespace()
+    {
+        return false;
+    }
+    let rest = &sql[7..];
+    let mut at = 0;
+    while let Some(c) = rest[at..].first_chunk::<8>() {
+        let v = u64::from_le_bytes(*c);
+        // Bytes equal to `;` or `(`, and to `i` without case, flagged in one go.
+        let mut flags = zero_bytes(v ^ splat(b';'))
+            | zero_bytes(v ^ splat(b'('))
+            | zero_bytes((v | splat(0x20)) ^ splat(b'i'));
+        while flags != 0 {
+            // The lowest flag is exact; those above it are checked like it.
+            let i = at + (flags.trailing_zeros() / 8) as usize;
+            flags &= flags - 1;
+            match settles(rest, i) {
+                Some(true) => return true,
+                Some(false) => {}
+                None => return false,
+            }
+        }
+        at += 8;
+    }
+    for i in at..rest.len() {
+        match settles(rest, i) {
+            Some(true) => return true,
+            Some(false) => {}
+            None => return false,
+        }
+    }
+    true
+}
+
+/// A byte repeated eight times.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// The high bit of each zero byte of `x` set (the classic test: the lowest is exact, those
+/// above it may be false).
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(splat(0x01)) & !x & splat(0x80)
+}
+
+/// What the byte at `i` of `text` means for the quick path: `None` for a `(`, an `INTO` or a
+/// `;` with more after it; `Some(true)` for a last `;` (the text is done); `Some(false)` for
+/// anything else.
+fn settles(text: &[u8], i: usize) -> Option<bool> {
+    match text[i] {
+        b'(' => None,
+        b';' => text[i + 1..]
+            .iter()
+            .all(u8::is_ascii_whitespace)
+            .then_some(true),
+        b'i' | b'I'
+            if text
+                .get(i..i + 4)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"into")) =>
+        {
+            None
+        }
+        _ => Some(false),
     }
 }
 
@@ -196,11 +275,11 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
     };
     kw.copy_from_slice(w);
     kw.make_ascii_lowercase();
-    let kw = std::str::from_utf8(kw).unwrap_or_default();
+    let kw: &[u8] = kw;
     match kw {
-        "select" | "with" | "values" => functions(stmt, emit),
-        "set" => set(stmt, t, emit),
-        "reset" => match t.next() {
+        b"select" | b"with" | b"values" => functions(stmt, emit),
+        b"set" => set(stmt, t, emit),
+        b"reset" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::ResetAll),
             Some(n) if n.is("role") => emit(Effect::Reset {
                 name: "role".into(),
@@ -215,13 +294,13 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             }
             None => {}
         },
-        "prepare" => prepare(stmt, t, emit),
-        "execute" => {
+        b"prepare" => prepare(stmt, t, emit),
+        b"execute" => {
             if let Some(name) = t.next().as_ref().and_then(name_of) {
                 emit(Effect::Execute { name });
             }
         }
-        "deallocate" => {
+        b"deallocate" => {
             let mut n = t.next();
             if n.is_some_and(|n| n.is("prepare")) {
                 n = t.next();
@@ -236,15 +315,15 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
                 None => {}
             }
         }
-        "create" => create(t, emit),
-        "declare" => declare(t, emit),
-        "close" => match t.next() {
+        b"create" => create(t, emit),
+        b"declare" => declare(t, emit),
+        b"close" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::Close { name: None }),
             Some(n) => emit(Effect::Close { name: name_of(&n) }),
             None => {}
         },
-        "load" => emit(Effect::Pin(PinReason::Load)),
-        "discard" => {
+        b"load" => emit(Effect::Pin(PinReason::Load)),
+        b"discard" => {
             let what = match t.next() {
                 Some(n) if n.is("all") => Discard::All,
                 Some(n) if n.is("temp") || n.is("temporary") => Discard::Temp,
@@ -254,12 +333,12 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             };
             emit(Effect::Discard(what));
         }
-        "listen" => {
+        b"listen" => {
             if let Some(channel) = t.next().as_ref().and_then(name_of) {
                 emit(Effect::Listen { channel });
             }
         }
-        "unlisten" => match t.next() {
+        b"unlisten" => match t.next() {
             Some(Token::Other(b"*")) => emit(Effect::Unlisten { channel: None }),
             Some(n) => {
                 if let Some(channel) = name_of(&n) {
@@ -270,10 +349,10 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             }
             None => {}
         },
-        "begin" | "start" => emit(Effect::Begin),
-        "commit" | "end" => emit(Effect::Commit),
-        "abort" => emit(Effect::Rollback),
-        "rollback" => match t.next() {
+        b"begin" | b"start" => emit(Effect::Begin),
+        b"commit" | b"end" => emit(Effect::Commit),
+        b"abort" => emit(Effect::Rollback),
+        b"rollback" => match t.next() {
             Some(n) if n.is("to") => {
                 let mut n = t.next();
                 if n.is_some_and(|n| n.is("savepoint")) {
@@ -286,12 +365,12 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             Some(n) if n.is("prepared") => {}
             _ => emit(Effect::Rollback),
         },
-        "savepoint" => {
+        b"savepoint" => {
             if let Some(name) = t.next().as_ref().and_then(name_of) {
                 emit(Effect::Savepoint { name });
             }
         }
-        "release" => {
+        b"release" => {
             let mut n = t.next();
             if n.is_some_and(|n| n.is("savepoint")) {
                 n = t.next();

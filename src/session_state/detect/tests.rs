@@ -282,6 +282,52 @@ fn the_quick_paths_agree_with_the_lexer() {
         one("select PG_ADVISORY_LOCK(1)"),
         Some(Effect::Pin(PinReason::AdvisoryLock))
     );
+    // The one-pass path: a last `;`, and what sends a SELECT on to the full reading.
+    assert!(plainly_nothing(b"SELECT abalance FROM a WHERE aid = 7;  "));
+    assert!(plainly_nothing(b"select 1"));
+    assert!(plainly_nothing(
+        b"Select\ta FROM b WHERE c = 'it''s' -- no\n"
+    ));
+    assert!(!plainly_nothing(b"select\n1 InTo TEMP t"));
+    assert!(!plainly_nothing(b"selectx 1"));
+    // Every position of each byte that matters, across the eight-byte steps.
+    for at in 0..20 {
+        let pad = "x".repeat(at);
+        assert!(
+            !plainly_nothing(format!("select {pad}(1)").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            !plainly_nothing(format!("select {pad}; select 2").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            !plainly_nothing(format!("select {pad} into t").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            plainly_nothing(format!("select {pad};  ").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            plainly_nothing(format!("select {pad} in it").as_bytes()),
+            "{at}"
+        );
+    }
+    for sql in [
+        "select 1 into temp t;",
+        "select 1; set a.b = 1",
+        "select set_config('a.b', 'c', false)",
+        "/* c */ select 1",
+        "select 'x;' ",
+        "update t set a = 1",
+    ] {
+        assert!(!plainly_nothing(sql.as_bytes()), "{sql}");
+    }
+    assert_eq!(
+        one("SELECT 1 INTO TEMP t;"),
+        Some(Effect::Pin(PinReason::TempTable))
+    );
     // A `;` in a literal: the lexer splits, and the second statement counts.
     assert_eq!(
         all("SELECT ';'; SET a.b = 1"),
