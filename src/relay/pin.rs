@@ -15,6 +15,9 @@ use crate::server::ServerState;
 use crate::session_state::detect::{effects, Discard, Effect, PinReason};
 use crate::session_state::settings::changes_privileges;
 
+/// The longest Parse text a server remembers as making no session state.
+const PLAIN_PARSE_MAX: usize = 1024;
+
 /// Why a client keeps its server past its transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pin {
@@ -232,9 +235,19 @@ impl Relay {
         msg: &[u8],
         whole: bool,
     ) -> bool {
+        let quiet = self.client.log.is_none() && !self.client.pin.has_pending();
+        let sql = sql_of(tag, msg);
+        let parse = tag == f::PARSE_TAG;
+        if quiet && parse && whole && srv.plain_parse == sql {
+            return false;
+        }
         let mut found = Vec::new();
-        effects(sql_of(tag, msg), &mut found);
-        if found.is_empty() && self.client.log.is_none() && !self.client.pin.has_pending() {
+        effects(sql, &mut found);
+        if found.is_empty() && parse && whole && sql.len() <= PLAIN_PARSE_MAX {
+            srv.plain_parse.clear();
+            srv.plain_parse.extend_from_slice(sql);
+        }
+        if found.is_empty() && quiet {
             // The usual statement: nothing to note, nothing that pins or ends a pin.
             return false;
         }

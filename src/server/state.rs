@@ -39,6 +39,9 @@ pub struct ServerState {
     /// It answered a statement with 25006 (read-only transaction): before another client
     /// gets it, a pool that needs writes asks whether its host is still writable.
     pub read_only_error: bool,
+    /// The last Parse text read for session state that had none (`pin`, `track`): the same
+    /// text again (a driver's unnamed statement, every transaction) is not read again.
+    pub plain_parse: Vec<u8>,
 }
 
 impl ServerState {
