@@ -538,11 +538,14 @@ impl<'a> Session<'a> {
         match sub {
             Subscribe::Listen(channel) => {
                 let wait = self.shared.config.load().pool.query_wait_timeout;
+                let already = inbox.channels().contains(&channel);
                 let listen = self.pool.listen(&channel, inbox.mailbox());
                 let res = match tokio::time::timeout(wait, listen).await {
                     Ok(r) => r,
                     Err(_) => {
-                        self.pool.unlisten(id, Some(&channel));
+                        if !already {
+                            self.pool.unlisten(id, Some(&channel));
+                        }
                         Err(crate::relay::error_fields(
                             sqlstate::QUERY_CANCELED,
                             format!(
@@ -575,14 +578,22 @@ impl<'a> Session<'a> {
             client: &mut *self.client,
             cancels: &self.shared.cancels,
         };
-        while let Some(note) = inbox.try_recv() {
-            self.relay.notify(&note, inbox.take_lost(), &mut wire);
+        while let Some(item) = inbox.try_recv() {
+            self.relay
+                .notify(item.as_deref(), inbox.take_lost(), &mut wire);
         }
     }
 
     /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.
     #[cold]
     fn follow_pin(&mut self) {
+        if self.relay.take_discarded() {
+            // DISCARD ALL includes UNLISTEN *.
+            if let Some(inbox) = self.inbox.as_deref_mut() {
+                self.pool.unlisten(self.relay.id(), None);
+                inbox.note(false, None);
+            }
+        }
         let now = self.relay.pinned().map(|p| p.label());
         if let Some(was) = self.cancel.pin() {
             self.member.unpin(was);

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::mpsc;
@@ -22,19 +22,47 @@ use crate::protocol::frame;
 /// Notifications one client's queue holds before further ones are dropped (and it is told).
 pub const QUEUE: usize = 1024;
 
+/// One notification as the listening connection received it, shared by every client it is
+/// queued for: its sender's process id is mapped to the client key the sender had once, by
+/// the first client that delivers it (the mapping looks through every client).
+#[derive(Debug)]
+pub struct Note {
+    raw: Bytes,
+    renumbered: OnceLock<Bytes>,
+}
+
+impl Note {
+    pub fn new(raw: Bytes) -> Arc<Note> {
+        Arc::new(Note {
+            raw,
+            renumbered: OnceLock::new(),
+        })
+    }
+
+    /// The message as clients get it: `renumber` (given the received message, `None` when
+    /// it stays as it is) runs once per notification, whoever delivers it first.
+    pub fn bytes(&self, renumber: impl FnOnce(&[u8]) -> Option<Bytes>) -> &[u8] {
+        self.renumbered
+            .get_or_init(|| renumber(&self.raw).unwrap_or_else(|| self.raw.clone()))
+    }
+}
+
+/// What a client's queue holds: a notification, or (`None`) the mark of a loss alone.
+pub type Item = Option<Arc<Note>>;
+
 /// The sending half of one client's queue, kept by the pool for each channel it listens on.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
     client: u64,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Item>,
     /// Set when a notification could not be queued or the listening connection was lost.
     lost: Arc<AtomicBool>,
 }
 
 impl Mailbox {
-    /// Queues `msg` (a whole NotificationResponse); a full queue drops it and marks the loss.
-    pub fn send(&self, msg: Bytes) -> bool {
-        match self.tx.try_send(msg) {
+    /// Queues `note`; a full queue drops it and marks the loss.
+    pub fn send(&self, note: Arc<Note>) -> bool {
+        match self.tx.try_send(Some(note)) {
             Ok(()) => true,
             Err(_) => {
                 self.lost.store(true, Ordering::Relaxed);
@@ -47,8 +75,8 @@ impl Mailbox {
     /// with the next one, or as soon as it is idle.
     pub fn mark_lost(&self) {
         self.lost.store(true, Ordering::Relaxed);
-        // Wakes an idle client; an empty message is the mark alone.
-        let _ = self.tx.try_send(Bytes::new());
+        // Wakes an idle client.
+        let _ = self.tx.try_send(None);
     }
 
     pub fn client(&self) -> u64 {
@@ -59,9 +87,9 @@ impl Mailbox {
 /// One client's queue of notifications (its session reads it).
 #[derive(Debug)]
 pub struct Inbox {
-    rx: mpsc::Receiver<Bytes>,
-    /// One notification taken off the queue by [`Inbox::poll_ready`].
-    next: Option<Bytes>,
+    rx: mpsc::Receiver<Item>,
+    /// One item taken off the queue by [`Inbox::poll_ready`].
+    next: Option<Item>,
     mailbox: Mailbox,
     /// The channels the client listens on (through the pool's connection).
     channels: Vec<String>,
@@ -120,8 +148,8 @@ impl Inbox {
         }
     }
 
-    /// The next queued notification (an empty one marks a loss only), if one is there now.
-    pub fn try_recv(&mut self) -> Option<Bytes> {
+    /// The next queued item, if one is there now.
+    pub fn try_recv(&mut self) -> Option<Item> {
         self.next.take().or_else(|| self.rx.try_recv().ok())
     }
 
@@ -302,14 +330,32 @@ mod tests {
     fn a_full_queue_drops_and_marks_the_loss() {
         let mut inbox = Inbox::new(1);
         let mb = inbox.mailbox().clone();
+        let note = Note::new(Bytes::from_static(b"n"));
         for _ in 0..QUEUE {
-            assert!(mb.send(Bytes::from_static(b"n")));
+            assert!(mb.send(note.clone()));
         }
         assert!(!inbox.take_lost());
-        assert!(!mb.send(Bytes::from_static(b"n")));
+        assert!(!mb.send(note.clone()));
         assert!(inbox.take_lost());
         assert!(!inbox.take_lost());
         assert!(inbox.try_recv().is_some());
+    }
+
+    #[test]
+    fn a_note_is_renumbered_once() {
+        let note = Note::new(with_pid(&notification(7, "c", "p"), 7));
+        let mut calls = 0;
+        for _ in 0..3 {
+            let b = note.bytes(|m| {
+                calls += 1;
+                Some(with_pid(m, 42))
+            });
+            assert_eq!(
+                parse_notification(&b[frame::HEADER_LEN..]).map(|n| n.0),
+                Some(42)
+            );
+        }
+        assert_eq!(calls, 1);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Pool;
-use crate::listen::{parse_notification, quote_ident, Channels, Mailbox};
+use crate::listen::{parse_notification, quote_ident, Channels, Mailbox, Note};
 use crate::protocol::backend::{self as b, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
@@ -55,8 +55,14 @@ impl Pool {
     /// pool's connection listens on the channel.
     pub async fn listen(&self, channel: &str, mb: &Mailbox) -> ListenResult {
         let (tx, rx) = oneshot::channel();
+        let already;
         {
             let mut st = self.listeners();
+            already = st
+                .channels
+                .subscribers(channel.as_bytes())
+                .iter()
+                .any(|m| m.client() == mb.client());
             st.channels.add(channel, mb);
             let cmd = match &st.cmd {
                 Some(c) => c.clone(),
@@ -71,7 +77,8 @@ impl Pool {
             let _ = cmd.send(Cmd::Listen(channel.to_owned(), tx));
         }
         let res = rx.await.unwrap_or_else(|_| Err(closed()));
-        if res.is_err() {
+        // A failed repeat of a LISTEN leaves the subscription the client had.
+        if res.is_err() && !already {
             self.unlisten(mb.client(), Some(channel));
         }
         res
@@ -303,8 +310,13 @@ impl Pool {
             return;
         };
         let st = self.listeners();
-        for mb in st.channels.subscribers(channel) {
-            let ok = mb.send(msg.clone());
+        let subscribers = st.channels.subscribers(channel);
+        if subscribers.is_empty() {
+            return;
+        }
+        let note = Note::new(msg.clone());
+        for mb in subscribers {
+            let ok = mb.send(note.clone());
             self.inner
                 .metrics
                 .clients

@@ -7,6 +7,7 @@ use super::error::ClientFault;
 use super::pass::Pass;
 use super::pin::state_refusal;
 use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
+use crate::listen::Note;
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
@@ -192,19 +193,16 @@ impl Relay {
         backend::ready_for_query(out, backend::TX_IDLE);
     }
 
-    /// A notification (a whole NotificationResponse from the pool's listening connection)
-    /// for this idle client, with its sender as the client knows it; an empty one marks a
-    /// loss only. `lost`: notifications meant for it were dropped (it is warned first).
-    pub fn notify<I: Io>(&mut self, msg: &[u8], lost: bool, io: &mut I) {
+    /// A notification from the pool's listening connection for this idle client, with its
+    /// sender as the client knows it (`None`: the mark of a loss alone). `lost`:
+    /// notifications meant for it were dropped (it is warned first).
+    pub fn notify<I: Io>(&mut self, note: Option<&Note>, lost: bool, io: &mut I) {
         if lost {
             crate::listen::lost_notice(&mut self.client.cout);
         }
-        if msg.is_empty() {
-            return;
-        }
-        match super::replies::renumbered(msg, io) {
-            Some(m) => self.client.cout.extend_from_slice(&m),
-            None => self.client.cout.extend_from_slice(msg),
+        if let Some(note) = note {
+            let msg = note.bytes(|m| super::replies::renumbered(m, io));
+            self.client.cout.extend_from_slice(msg);
         }
     }
 

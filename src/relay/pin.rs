@@ -173,19 +173,30 @@ pub(super) struct Pinning {
     /// The kinds left once the simple Queries in flight succeed: set by a Query that removes
     /// state, taken at the ReadyForQuery that ends the transaction, dropped by any error.
     pending: Option<u8>,
-    /// The pin started or ended since the driver last looked.
+    /// The pin started or ended since the driver last looked (or `discard` reached 2).
     changed: bool,
+    /// `DISCARD ALL` of a simple Query: 1 sent, 2 done (the driver ends the client's
+    /// subscriptions with the pool's listening connection, as it ends a server's `LISTEN`s).
+    discard: u8,
 }
 
 impl Pinning {
     /// The batch met an error: nothing it would have removed counts.
     pub(super) fn on_error(&mut self) {
         self.pending = None;
+        if self.discard == 1 {
+            self.discard = 0;
+        }
     }
 
     /// A ReadyForQuery ended the batch with nothing owed: state removed by a statement that
     /// succeeded outside a transaction block is gone; with none left the pin ends.
     pub(super) fn on_ready(&mut self, idle: bool) {
+        if self.discard == 1 {
+            // It cannot run in a block: idle after it, it ran.
+            self.discard = if idle { 2 } else { 0 };
+            self.changed |= idle;
+        }
         let Some(left) = self.pending.take() else {
             return;
         };
@@ -200,7 +211,7 @@ impl Pinning {
     }
 
     pub(super) fn has_pending(&self) -> bool {
-        self.pending.is_some()
+        self.pending.is_some() || self.discard == 1
     }
 }
 
@@ -243,6 +254,13 @@ impl Relay {
         }
         let mut found = Vec::new();
         effects(sql, &mut found);
+        if tag == f::QUERY_TAG
+            && found
+                .iter()
+                .any(|(_, e)| matches!(e, Effect::Discard(Discard::All)))
+        {
+            self.client.pin.discard = 1;
+        }
         if found.is_empty() && parse && whole && sql.len() <= PLAIN_PARSE_MAX {
             srv.plain_parse.clear();
             srv.plain_parse.extend_from_slice(sql);
@@ -348,6 +366,11 @@ impl Relay {
             .with_label_values(&[pin.label()])
             .inc();
         self.events.client_pinned(self.id, server, pin.label());
+    }
+
+    /// Whether a `DISCARD ALL` of the client's succeeded since the last call.
+    pub fn take_discarded(&mut self) -> bool {
+        std::mem::take(&mut self.client.pin.discard) == 2
     }
 
     /// Why the client keeps its server, if it does.

@@ -111,10 +111,26 @@ async fn listeners_hold_no_server_and_hear_only_their_channels() {
     }
     assert_eq!(got, (0..20).map(|i| format!("n{i}")).collect::<Vec<_>>());
 
-    // UNLISTEN * ends l3's subscriptions.
+    // UNLISTEN * ends l3's subscriptions; DISCARD ALL ends l1's (a failed one does not).
     ok(&mut l3, "UNLISTEN *").await;
     ok(&mut b, "select pg_notify('other', 'late')").await;
     assert!(l3.silent_for(Duration::from_millis(300)).await);
+    ok(&mut l1, "begin").await;
+    let f = l1.query("DISCARD ALL").await;
+    assert!(
+        tags(&f).contains('E'),
+        "DISCARD ALL refused in a block: {}",
+        tags(&f)
+    );
+    ok(&mut l1, "rollback").await;
+    ok(&mut b, "select pg_notify('ch', 'still')").await;
+    assert_eq!(next_note(&mut l1).await.2, "still");
+    ok(&mut l1, "DISCARD ALL").await;
+    ok(&mut b, "select pg_notify('ch', 'discarded')").await;
+    assert!(
+        l1.silent_for(Duration::from_millis(300)).await,
+        "DISCARD ALL unlistens"
+    );
 }
 
 /// The listening connection is counted: one server for the clients' transactions and one
