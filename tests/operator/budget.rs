@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::production::{running_pod, Pooler};
 use crate::reconcile::{get, loaded_config, with_secrets};
-use crate::support::{self, eventually};
+use crate::support;
 
 /// A 0.1.0 pooler's admin port as far as the operator can tell: `/status` answers 200 with
 /// that release's fields, no `capabilities` and no `config_hash`. Serves until aborted.
@@ -48,9 +48,12 @@ async fn held(
     scope: BudgetScope,
     why: &str,
 ) {
-    eventually(
-        &format!("pool.size {size}, max_db_connections {db_limit}, {scope:?}, {why:?}"),
-        || async {
+    // What was last seen goes into the failure: a timeout alone says nothing of why.
+    let last = std::sync::Mutex::new(String::from("nothing read yet"));
+    let want = format!("pool.size {size}, max_db_connections {db_limit}, {scope:?}, {why:?}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let seen = async {
             let (cfg, _) = loaded_config(client, ns, "w-pool").await?;
             let pc = get(client, ns, "w").await;
             let status = pc.status.as_ref()?;
@@ -58,15 +61,27 @@ async fn held(
                 .conditions
                 .iter()
                 .find(|c| c.type_ == "ConfigRendered")?;
+            *last.lock().expect("last") = format!(
+                "pool.size {}, max_db_connections {}, {:?}, {:?}",
+                cfg.pool.size, cfg.pool.max_db_connections, status.budget_scope, c.message
+            );
             (cfg.pool.size == size
                 && cfg.pool.max_db_connections == db_limit
                 && status.budget_scope == Some(scope)
                 && c.message.starts_with(&format!("pool size {size} "))
                 && c.message.contains(why))
             .then_some(())
-        },
-    )
-    .await
+        };
+        if seen.await.is_some() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after 60 s waiting for: {want}; last seen: {}",
+            last.lock().expect("last")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// A sidecar pod whose pooler, a native sidecar (an init container), keeps failing to start:

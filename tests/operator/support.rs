@@ -206,6 +206,16 @@ impl Running {
 
     /// As [`Running::start`], with these allowlists.
     pub async fn start_with(client: &Client, ns: &str, allow: Allowlist) -> Running {
+        // The controller runs on the test's thread: its log lands in that test's captured
+        // output, printed when the test fails.
+        let filter = tracing_subscriber::EnvFilter::new(
+            "droid_pool=info,kube=warn,kube_client::client::tls=error",
+        );
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_ansi(false)
+            .with_env_filter(filter)
+            .try_init();
         let metrics = Arc::new(Metrics::new().expect("metrics"));
         let ctx = controller::context(client.clone(), metrics.clone(), Some("test".into()), allow)
             .await
