@@ -419,7 +419,13 @@ impl Relay {
             }
         }
         match tag {
-            f::QUERY_TAG => self.forward(srv, msg, Request::Query, total, io),
+            f::QUERY_TAG => {
+                if self.policy.tracking {
+                    // PostgreSQL drops the unnamed statement at a simple Query.
+                    self.forget_unnamed();
+                }
+                self.forward(srv, msg, Request::Query, total, io)
+            }
             f::FUNCTION_CALL_TAG => self.forward(srv, msg, Request::Query, total, io),
             f::SYNC_TAG => self.forward(srv, msg, Request::Sync, total, io),
             f::COPY_DONE_TAG | f::COPY_FAIL_TAG => {
@@ -437,6 +443,9 @@ impl Relay {
             }
             f::EXECUTE_TAG => self.forward(srv, msg, Request::Execute, total, io),
             f::PARSE_TAG if self.policy.tracking && msg.len() < total => {
+                // Too long to keep: not replayed elsewhere (a Bind there gets 26000).
+                self.forget_unnamed();
+                self.batch.unnamed_here = true;
                 self.forward(srv, msg, Request::Parse, total, io)
             }
             f::PARSE_TAG | f::BIND_TAG | f::DESCRIBE_TAG | f::CLOSE_TAG if self.policy.tracking => {

@@ -134,6 +134,8 @@ struct Batch {
     skipped: Vec<Owed>,
     /// The held server sent a FATAL error (passed on): its close ends the session quietly.
     server_fatal: bool,
+    /// The held server has the client's unnamed statement (parsed there since it was taken).
+    unnamed_here: bool,
 }
 
 /// The clock reads the metrics need.
@@ -144,8 +146,9 @@ struct Clock {
     request_since: Option<Instant>,
     /// When the last ReadyForQuery was handled, within the current round only (so a release
     /// right after it reuses that clock read), and the query's seconds when that query began
-    /// the transaction (an autocommit statement: the transaction took as long).
-    ready_at: Option<(Instant, Option<f64>)>,
+    /// the transaction (an autocommit statement: the transaction took as long). `f32`: a
+    /// histogram needs no more, and the idle client task stays in its allocation class.
+    ready_at: Option<(Instant, Option<f32>)>,
 }
 
 /// The relay of one client session.
@@ -166,8 +169,17 @@ pub struct Relay {
     clock: Clock,
     /// Kept only while a timeout is on.
     marks: Option<Box<timeouts::Marks>>,
-    /// Kept statements already counted in the gauge.
-    kept_counted: usize,
+    /// Kept statements already counted in the gauge (at most
+    /// `pool.max_client_prepared_statements`; 32 bits keep the idle client task small).
+    kept_counted: u32,
+    /// The client's last unnamed Parse (tracking), replayed where the client binds or
+    /// describes the unnamed statement on a server it did not parse it on: a driver may parse
+    /// in one transaction and bind in the next (asyncpg does for statements too long for its
+    /// cache). `None` once PostgreSQL would have dropped it (a simple Query, a Close).
+    /// Boxed: one pointer in every idle client task; the Vec keeps its capacity between
+    /// Parses, so a driver's unnamed statement each transaction allocates nothing.
+    #[allow(clippy::box_collection)]
+    unnamed: Option<Box<Vec<u8>>>,
     metrics: Arc<Metrics>,
     events: Events,
 }
@@ -209,6 +221,7 @@ impl Relay {
             clock: Clock::default(),
             marks: None,
             kept_counted: 0,
+            unnamed: None,
             metrics,
             events,
         }
@@ -330,6 +343,7 @@ impl Relay {
             self.marks = None;
         }
         self.spass = Pass::default();
+        self.batch.unnamed_here = false;
         self.batch.status = backend::TX_IDLE;
         self.batch.release_due = false;
         self.batch.clean = true;
@@ -403,7 +417,10 @@ impl Relay {
         if let Some(since) = self.clock.held_since.take() {
             let m = &self.metrics.clients;
             m.transactions.inc();
-            let took = took.unwrap_or_else(|| now.saturating_duration_since(since).as_secs_f64());
+            let took = took.map_or_else(
+                || now.saturating_duration_since(since).as_secs_f64(),
+                f64::from,
+            );
             m.transaction_seconds.observe(took);
         }
         now
@@ -411,10 +428,10 @@ impl Relay {
 
     /// Brings the kept-statements gauge up to date with this session's count.
     fn count_kept(&mut self) {
-        let now = self.statements.len();
+        let now = u32::try_from(self.statements.len()).unwrap_or(u32::MAX);
         if now != self.kept_counted {
             let gauge = &self.metrics.prepared.kept;
-            gauge.add(now as i64 - self.kept_counted as i64);
+            gauge.add(i64::from(now) - i64::from(self.kept_counted));
             self.kept_counted = now;
         }
     }

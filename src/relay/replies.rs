@@ -112,7 +112,7 @@ impl Relay {
             m.query_seconds.observe(took);
             // One subtraction for both histograms when the query began the transaction.
             let began = self.clock.held_since == Some(since);
-            self.clock.ready_at = Some((now, began.then_some(took)));
+            self.clock.ready_at = Some((now, began.then_some(took as f32)));
         }
     }
 

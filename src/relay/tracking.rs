@@ -64,9 +64,7 @@ impl Relay {
                 self.tracked_use(srv, msg, span, Request::Bind, total, io)
             }
             f::DESCRIBE_TAG => match f::describe_or_close_target(msg)? {
-                (b'S', span) if span.len > 0 => {
-                    self.tracked_use(srv, msg, span, Request::Describe, whole, io)
-                }
+                (b'S', span) => self.tracked_use(srv, msg, span, Request::Describe, whole, io),
                 _ => {
                     self.forward(srv.expect(HELD), msg, Request::Describe, whole, io);
                     true
@@ -74,6 +72,11 @@ impl Relay {
             },
             f::CLOSE_TAG => match f::describe_or_close_target(msg)? {
                 (b'S', span) if span.len > 0 => self.tracked_close(srv, msg, span),
+                (b'S', _) => {
+                    self.forget_unnamed();
+                    self.forward(srv.expect(HELD), msg, Request::Close, whole, io);
+                    true
+                }
                 _ => {
                     self.forward(srv.expect(HELD), msg, Request::Close, whole, io);
                     true
@@ -136,6 +139,15 @@ impl Relay {
     ) -> Result<(), ClientFault> {
         let span = f::parse_statement(msg)?;
         if span.len == 0 {
+            // Copied into the same buffer each time: no allocation once it has grown.
+            let kept = self.unnamed.get_or_insert_with(Box::default);
+            if kept.capacity() > super::SHRINK_ABOVE && msg.len() <= super::SHRINK_ABOVE {
+                // A long statement's room is not kept for the short ones after it.
+                **kept = Vec::new();
+            }
+            kept.clear();
+            kept.extend_from_slice(msg);
+            self.batch.unnamed_here = true;
             self.forward(srv.expect(HELD), msg, Request::Parse, msg.len(), io);
             return Ok(());
         }
@@ -219,7 +231,10 @@ impl Relay {
         io: &mut I,
     ) -> bool {
         if span.len == 0 {
-            self.forward(srv.expect(HELD), msg, req, total, io);
+            let Some(srv) = self.unnamed_ready(srv) else {
+                return false;
+            };
+            self.forward(srv, msg, req, total, io);
             return true;
         }
         let name = span.get(msg);
@@ -256,6 +271,42 @@ impl Relay {
             self.sout.unsplit(sent);
         }
         true
+    }
+
+    /// Before a Bind or Describe of the unnamed statement: if the held server does not have
+    /// the client's, its last unnamed Parse goes first (ParseComplete swallowed). Another
+    /// client's unnamed statement may be there: it is never bound. With none kept, the
+    /// client gets PostgreSQL's 26000 and `None`.
+    fn unnamed_ready<'s>(
+        &mut self,
+        srv: Option<&'s mut ServerState>,
+    ) -> Option<&'s mut ServerState> {
+        // A server skipping to Sync would skip the replay too.
+        if self.batch.unnamed_here || srv.as_deref().is_some_and(|s| s.replies.skips_to_sync()) {
+            return Some(srv.expect(HELD));
+        }
+        let Some(parse) = self.unnamed.take() else {
+            let text = "unnamed prepared statement does not exist".to_owned();
+            self.refuse_tracked(srv, sqlstate::INVALID_SQL_STATEMENT_NAME, text);
+            return None;
+        };
+        let srv = srv.expect(HELD);
+        self.sout.extend_from_slice(&parse);
+        self.unnamed = Some(parse);
+        self.batch.unnamed_here = true;
+        self.batch.retry.disable();
+        self.metrics.prepared.replays.inc();
+        if owe_on(srv, &mut self.statements, Owed::UnnamedReplay) {
+            self.batch.release_due = false;
+        }
+        Some(srv)
+    }
+
+    /// PostgreSQL has dropped the client's unnamed statement (a simple Query, a Close, a
+    /// Parse too long to keep).
+    pub(super) fn forget_unnamed(&mut self) {
+        self.unnamed = None;
+        self.batch.unnamed_here = false;
     }
 
     /// Sends `srv` `kept`'s Parse first if it does not hold that statement (its

@@ -74,6 +74,9 @@ pub enum Owed {
     TrackedBind { id: u64 },
     /// A Parse the pooler sent (replay): ParseComplete swallowed; an error is forwarded.
     Replay { server_name: Bytes, id: u64 },
+    /// The client's unnamed Parse sent again (a later transaction binds it on another
+    /// server): ParseComplete swallowed; an error is forwarded.
+    UnnamedReplay,
     /// A Close the pooler sent (eviction or a stale copy) of copy `id`: CloseComplete
     /// swallowed; if the server skips it, the copy is still there.
     InjectedClose { server_name: Bytes, id: u64 },
@@ -103,7 +106,7 @@ impl Owed {
         match self {
             Owed::Client(r) => *r,
             Owed::Marked { req, .. } | Owed::Substitute { req, .. } => *req,
-            Owed::TrackedParse { .. } | Owed::Replay { .. } => Request::Parse,
+            Owed::TrackedParse { .. } | Owed::Replay { .. } | Owed::UnnamedReplay => Request::Parse,
             Owed::InjectedClose { .. } | Owed::ClientClose { .. } => Request::Close,
             Owed::TrackedBind { .. } => Request::Bind,
             Owed::Synthetic(_) | Owed::CopyEnd => Request::Sync,
@@ -120,7 +123,7 @@ impl Owed {
     fn is_swallowed(&self) -> bool {
         matches!(
             self,
-            Owed::Internal | Owed::Replay { .. } | Owed::InjectedClose { .. }
+            Owed::Internal | Owed::Replay { .. } | Owed::UnnamedReplay | Owed::InjectedClose { .. }
         )
     }
 }

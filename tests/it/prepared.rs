@@ -2554,3 +2554,90 @@ async fn plan_change_without_a_describe_is_the_clients() {
     assert_eq!(errors(&r), [("0A000".to_string(), false)], "{}", show(&r));
     assert_eq!(status(&r), 'I');
 }
+
+/// The unnamed statement parsed in one transaction and bound in a later one (asyncpg does so
+/// for a statement too long for its cache): the pooler replays the client's last unnamed
+/// Parse where the server it lands on does not have it (no ParseComplete reaches the client),
+/// never binds another client's unnamed statement, and drops it where PostgreSQL would (a
+/// simple Query): then the pooler answers 26000, as PostgreSQL does.
+#[tokio::test]
+async fn unnamed_statement_follows_the_client() {
+    let pooler = start_tracked();
+    let mut c1 = connect(&pooler).await;
+    let mut c2 = connect(&pooler).await;
+    let r = exchange(
+        &mut c1,
+        &[
+            parse("", "select $1::int + 100 as n"),
+            describe(b'S', ""),
+            sync(),
+        ],
+    )
+    .await;
+    assert_tags(&r, "1tTZ");
+    wait_line(&pooler, "[POOL] client 1 released server 1");
+
+    // Server 1 is c2's for now: c1 lands on server 2, which never saw its Parse.
+    assert_eq!(status(&simple(&mut c2, "begin").await), 'T');
+    c1.send(&batch(&[bind("", "", &[Some("1")]), raw::flush()]))
+        .await;
+    let f = c1.recv().await;
+    assert_eq!(
+        f.tag,
+        b'2',
+        "after a replay: {}",
+        show(std::slice::from_ref(&f))
+    );
+    let r = exchange(&mut c1, &[execute(""), sync()]).await;
+    assert_tags(&r, "DCZ");
+    assert_eq!(col0(&r), ["101"]);
+    wait_line(&pooler, "[POOL] client 1 released server 2");
+
+    // c2's own unnamed statement, of another shape, on the server it leaves idle last.
+    let r = exchange(&mut c2, &[parse("", "select $1::text || ' of c2'"), sync()]).await;
+    assert_tags(&r, "1Z");
+    assert_eq!(status(&simple(&mut c2, "commit").await), 'I');
+    for i in 0..6 {
+        let v = i.to_string();
+        let msgs = if i % 2 == 0 {
+            vec![bind("", "", &[Some(&v)]), execute(""), sync()]
+        } else {
+            vec![
+                describe(b'S', ""),
+                bind("", "", &[Some(&v)]),
+                execute(""),
+                sync(),
+            ]
+        };
+        let r = exchange(&mut c1, &msgs).await;
+        assert!(errors(&r).is_empty(), "{}", show(&r));
+        assert_eq!(col0(&r), [(i + 100).to_string()], "{}", show(&r));
+        // c2 takes a server in between, so c1 changes servers.
+        let r = exchange(&mut c2, &[parse("", "select 'c2'"), sync()]).await;
+        assert_tags(&r, "1Z");
+    }
+
+    // A simple Query drops the unnamed statement, on the server and in the pooler.
+    assert_tags(&simple(&mut c1, "select 1").await, "TDCZ");
+    let r = exchange(&mut c1, &[bind("", "", &[Some("1")]), execute(""), sync()]).await;
+    assert_tags(&r, "EZ");
+    let direct_answer = {
+        let mut d = direct().await;
+        simple(&mut d, "select 1").await;
+        exchange(&mut d, &[bind("", "", &[Some("1")]), execute(""), sync()]).await
+    };
+    assert_eq!(errors(&direct_answer), [("26000".to_string(), false)]);
+    assert_eq!(errors(&r), [("26000".to_string(), true)]);
+    let said = |f: &Frame| -> Vec<(u8, String)> {
+        let fields = error_fields(f).into_iter();
+        fields
+            .filter(|(k, _)| matches!(k, b'S' | b'C' | b'M'))
+            .collect()
+    };
+    assert_eq!(said(&r[0]), said(&direct_answer[0]));
+    // A client that never parsed one is refused too, whatever the server holds.
+    let mut c3 = connect(&pooler).await;
+    let r = exchange(&mut c3, &[bind("", "", &[Some("1")]), execute(""), sync()]).await;
+    assert_eq!(errors(&r), [("26000".to_string(), true)]);
+    assert_eq!(col0(&simple(&mut c3, "select 'usable'").await), ["usable"]);
+}

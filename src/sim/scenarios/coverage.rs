@@ -57,6 +57,10 @@ pub const COVERAGE: &[(&str, Cover)] = &[
         Ported(&["no_replay_on_the_same_server"]),
     ),
     (
+        "prepared.rs::unnamed_statement_follows_the_client",
+        Ported(&["unnamed_statement_follows_the_client"]),
+    ),
+    (
         "prepared.rs::unknown_name_gets_26000_from_the_pooler",
         Ported(&["unknown_name_26000_from_the_pooler"]),
     ),

@@ -182,6 +182,52 @@ pub const TABLE: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "unnamed_statement_follows_the_client",
+        origin: "prepared.rs::unnamed_statement_follows_the_client",
+        setups: TRACKED,
+        // Writes end with Sync and Flush, not a fence: a fence's empty simple Query would
+        // drop the unnamed statement.
+        program: || {
+            let mut c0 = vec![flush(vec![
+                parse("", "select $1::int4"),
+                describe_s(""),
+                sync(),
+            ])];
+            for i in 0..4 {
+                let mut msgs = if i % 2 == 1 {
+                    vec![describe_s("")]
+                } else {
+                    vec![]
+                };
+                msgs.extend(run("", &[&i.to_string()]));
+                msgs.push(sync());
+                c0.push(flush(msgs));
+            }
+            // A simple Query drops it: 26000, from PostgreSQL directly, from the pooler here.
+            c0.push(simple("select 1"));
+            c0.push(fence(run("", &["9"])));
+            let c1 = (0..4).map(|_| {
+                flush(vec![
+                    parse("", "select 'c1', $1::text"),
+                    describe_s(""),
+                    sync(),
+                ])
+            });
+            let mut c1: Vec<_> = c1.collect();
+            c1.push(simple("select 'c1 done'"));
+            program(vec![client(c0), client(c1)])
+        },
+        codes: &["26000"],
+        some: Some((
+            "client 0's unnamed statement parsed again (replayed)",
+            |_, r| {
+                let mine = r.parses_of("").into_iter();
+                mine.filter(|(_, sql)| sql == "select $1::int4").count() > 1
+            },
+        )),
+        ..BASE
+    },
+    Scenario {
         name: "describe_statement_replays",
         origin: "prepared.rs::describe_statement_replays",
         setups: TRACKED,
