@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 DIRECT = "direct"
 DROID = "droid-pool"
 DROID_TP = "droid-pool --track-prepared"
+DROID_TRACK = "droid-pool session_state: track"
 PGB = "PgBouncer"
 FLOOR = "minimal relay"
 FLOOR_URING = "minimal relay, io_uring"
@@ -170,6 +171,7 @@ class Bench:
             DIRECT: (args.pg_port, None),
             DROID: (args.droid_port, args.droid_pid),
             DROID_TP: (args.droid_tp_port, args.droid_tp_pid),
+            DROID_TRACK: (args.droid_track_port, args.droid_track_pid),
             PGB: (args.pgb_port, args.pgb_pid),
             FLOOR: (args.floor_port, args.floor_pid),
         }
@@ -189,10 +191,10 @@ class Bench:
         else:
             self.rounds, self.t_row, self.t_lat, self.t_500, self.t_warm = 3, 20, 15, 20, 5
         self.rows = [
-            ("select-simple", "-S -M simple", ["-S", "-M", "simple"], [DIRECT, DROID, PGB]),
-            ("select-extended", "-S -M extended", ["-S", "-M", "extended"], [DIRECT, DROID, PGB]),
+            ("select-simple", "-S -M simple", ["-S", "-M", "simple"], [DIRECT, DROID, DROID_TRACK, PGB]),
+            ("select-extended", "-S -M extended", ["-S", "-M", "extended"], [DIRECT, DROID, DROID_TRACK, PGB]),
             ("select-prepared", "-S -M prepared", ["-S", "-M", "prepared"], [DIRECT, DROID_TP]),
-            ("tpcb", "TPC-B (default script)", [], [DIRECT, DROID, PGB]),
+            ("tpcb", "TPC-B (default script)", [], [DIRECT, DROID, DROID_TRACK, PGB]),
         ]
 
     def psql_direct(self, sql):
@@ -319,7 +321,7 @@ class Bench:
     # --- phases ---------------------------------------------------------------
     def warmup(self):
         print("warm-up (not reported)", flush=True)
-        for system in (DIRECT, DROID, DROID_TP, PGB):
+        for system in (DIRECT, DROID, DROID_TP, DROID_TRACK, PGB):
             self.pgbench("warmup", system, 0, ["-S"], 50, 2, self.t_warm)
         self.pgbench("warmup", DROID_TP, 0, ["-S", "-M", "prepared"], 50, 2, self.t_warm)
 
@@ -523,6 +525,25 @@ def evaluate(b: Bench, idle):
             row["ratio_droid_pgb"] = median(b.ratio_rounds(kind, DROID, kind, PGB))
             row["cpu_ratio_droid_pgb"] = median(b.ratio_rounds(kind, DROID, kind, PGB, "cpu_us_per_txn"))
         R["rows"][name] = row
+    # Issue 31: pool.session_state track against off (the plain instance), same rounds.
+    R["track"] = {}
+    for name, label, _extra, systems in b.rows:
+        if DROID_TRACK not in systems:
+            continue
+        kind = f"row:{name}"
+        off = [v for v in b.per_round(kind, DROID, "tps") if v]
+        R["track"][name] = {
+            "label": label,
+            "off": median(off),
+            "track": median(b.per_round(kind, DROID_TRACK, "tps")),
+            "ratio": median(b.ratio_rounds(kind, DROID_TRACK, kind, DROID)),
+            "cpu_off": median(b.per_round(kind, DROID, "cpu_us_per_txn")),
+            "cpu_track": median(b.per_round(kind, DROID_TRACK, "cpu_us_per_txn")),
+            "cpu_ratio": median(b.ratio_rounds(kind, DROID_TRACK, kind, DROID, "cpu_us_per_txn")),
+            # How much off's own throughput moved between rounds: the noise a ratio sits in.
+            "off_spread": (max(off) / min(off) - 1) if len(off) > 1 else None,
+            "errors": b.errors_of([kind], DROID_TRACK),
+        }
     R["prepared_vs_extended"] = median(b.ratio_rounds("row:select-prepared", DROID_TP, "row:select-extended", DROID))
     for s in (DROID, PGB):
         R["c500"][s] = {
@@ -732,6 +753,23 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
         f"tracking, so that row is droid-pool vs direct only. Its throughput is "
         f"{fmt(R['prepared_vs_extended'], '.3f')}× droid-pool's own `-S -M extended` (median of per-round ratios).")
     add("")
+    add("## `pool.session_state: track` against `off` (issue 31)")
+    add("")
+    add("A third droid-pool instance, the plain one's flags plus `pool: {session_state: track}`, runs each of "
+        "these rows right after the plain one (`off`) in every round. Ratios are per round, then the median; "
+        "\"off between rounds\" is how far the plain instance's own throughput moved from round to round "
+        "(max / min - 1), the noise a ratio sits in. The instruction counts per transaction "
+        "(`bench/callgrind.sh`, docs/performance.md) are the finer measure.")
+    add("")
+    add("| row | off tps | track tps | track / off | off between rounds | off CPU µs/txn | track CPU µs/txn "
+        "| CPU track / off | track errors |")
+    add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for name, x in R["track"].items():
+        spread = "–" if x["off_spread"] is None else f"{x['off_spread'] * 100:.1f} %"
+        add(f"| {x['label']} | {fmt(x['off'])} | {fmt(x['track'])} | {fmt(x['ratio'], '.3f')} | {spread} "
+            f"| {fmt(x['cpu_off'], '.1f')} | {fmt(x['cpu_track'], '.1f')} | {fmt(x['cpu_ratio'], '.3f')} "
+            f"| {_err_cell(x['errors'])} |")
+    add("")
     add("Failed transactions and client errors (all rounds, from pgbench's output):")
     add("")
     add("| row | direct | droid-pool | PgBouncer |")
@@ -816,14 +854,15 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("- droid-pool: `target/pgo/droid-pool --port P --server-port PG --pool-size 20 --mode transaction "
         "--config droid-pool.yaml` with `log: {events: false}` and `client: {max_connections: 20000}`. Event lines "
         "are turned off because they are one stdout write per event, several per transaction. The prepared row "
-        "uses a second instance with the same flags plus `--track-prepared`.")
+        "uses a second instance with the same flags plus `--track-prepared`; the `session_state: track` rows a third "
+        "with the same flags and `pool: {session_state: track}` in its file.")
     add("- PgBouncer: run as the postgres user with `pool_mode = transaction`, `default_pool_size = 20`, "
         "`max_client_conn = 20000`, `auth_type = trust`, `listen_addr = 127.0.0.1`, no unix socket, TLS disabled, "
         "`log_connections = 0`, `log_disconnections = 0`.")
     add("- Minimal relays: `bench/floor/relay.c` built with `cc -O2`, and `bench/floor/uring_relay.c` built with "
         "`cc -O2 -luring` (liburing " + (b.a.liburing or "not installed") + "), each listening on 127.0.0.1 and "
         "connecting each client to PostgreSQL's port.")
-    add("- Sessions: PostgreSQL (through `pg_ctl`), both droid-pool instances, PgBouncer and the minimal relay each "
+    add("- Sessions: PostgreSQL (through `pg_ctl`), the droid-pool instances, PgBouncer and the minimal relay each "
         "run in a session of their own (`setsid`), as daemons and containers do; pgbench runs in the harness's. "
         f"Autogroup scheduling is {autogroup()} on this kernel: with it on, the processes of one session share one "
         "CPU share, so a pooler left in pgbench's session would compete with pgbench for it.")
@@ -916,6 +955,9 @@ def main():
     ap.add_argument("--droid-tp-port", type=int, required=True)
     ap.add_argument("--droid-tp-pid", type=int, required=True)
     ap.add_argument("--droid-tp-log", required=True)
+    ap.add_argument("--droid-track-port", type=int, required=True)
+    ap.add_argument("--droid-track-pid", type=int, required=True)
+    ap.add_argument("--droid-track-log", required=True)
     ap.add_argument("--pgb-port", type=int, required=True)
     ap.add_argument("--pgb-pid", type=int, required=True)
     ap.add_argument("--pgb-log", required=True)
@@ -944,8 +986,10 @@ def main():
     R = evaluate(b, idle)
     T = targets(R, a.idle_clients)
     logs = {DROID: pooler_log_summary(a.droid_log), DROID_TP: pooler_log_summary(a.droid_tp_log),
+            DROID_TRACK: pooler_log_summary(a.droid_track_log),
             PGB: pooler_log_summary(a.pgb_log)}
-    alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid), PGB: alive(a.pgb_pid),
+    alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid),
+                 DROID_TRACK: alive(a.droid_track_pid), PGB: alive(a.pgb_pid),
                  FLOOR: alive(a.floor_pid)}
     if a.uring_pid is not None:
         alive_now[FLOOR_URING] = alive(a.uring_pid)

@@ -12,8 +12,8 @@
 #
 # It builds the release binary (scripts/build-pgo.sh, as the image does), starts a
 # throwaway PostgreSQL (initdb in a temp dir, max_connections 200, pgbench scale 10),
-# two droid-pool instances (plain,
-# and --track-prepared for the prepared row) and PgBouncer (Debian's package,
+# three droid-pool instances (plain, --track-prepared for the prepared row, and
+# pool.session_state: track for issue 31's rows) and PgBouncer (Debian's package,
 # installed when missing), all in transaction mode with a pool of 20 and no TLS,
 # and the minimal relays bench/floor/relay.c (epoll) and bench/floor/uring_relay.c
 # (io_uring, when the machine allows it): the CPU floor of any relaying pooler;
@@ -117,6 +117,7 @@ PGDATA_DIR=$TMP/data
 PG_STARTED=0
 DROID_PID=""
 DROID_TP_PID=""
+DROID_TRACK_PID=""
 PGB_RUNNER_PID=""
 FLOOR_PID=""
 URING_PID=""
@@ -143,6 +144,7 @@ cleanup() {
   trap - EXIT INT TERM
   stop_pid "$DROID_PID"
   stop_pid "$DROID_TP_PID"
+  stop_pid "$DROID_TRACK_PID"
   if [[ -f $TMP/pgbouncer/pgbouncer.pid ]]; then
     stop_pid "$(cat "$TMP/pgbouncer/pgbouncer.pid")"
   fi
@@ -193,6 +195,11 @@ next_port
 DROID_PORT=$FREE_PORT
 next_port
 DROID_TP_PORT=$FREE_PORT
+next_port
+DROID_TRACK_PORT=$FREE_PORT
+# The third instance: the same file plus pool.session_state: track (issue 31's rows).
+cp "$TMP/droid-pool.yaml" "$TMP/droid-pool-track.yaml"
+printf 'pool:\n  session_state: track\n' >>"$TMP/droid-pool-track.yaml"
 if ! command -v setsid >/dev/null 2>&1; then
   log "setsid (util-linux) not found"
   exit 1
@@ -201,11 +208,14 @@ DROID_ARGS=(--server-port "$PG_PORT" --pool-size 20 --mode transaction --config 
 # Builds with an admin HTTP server need a free port for it, one per instance.
 ADMIN_ARGS=()
 ADMIN_TP_ARGS=()
+ADMIN_TRACK_ARGS=()
 if "$POOLER" --help 2>/dev/null | grep -q -- '--admin-port'; then
   next_port
   ADMIN_ARGS=(--admin-port "$FREE_PORT")
   next_port
   ADMIN_TP_ARGS=(--admin-port "$FREE_PORT")
+  next_port
+  ADMIN_TRACK_ARGS=(--admin-port "$FREE_PORT")
 fi
 # Each server process runs in a session of its own (setsid), as PostgreSQL does (pg_ctl) and
 # as a daemon or a container would. With the kernel's autogroup scheduling (on by default), a
@@ -218,6 +228,9 @@ DROID_PID=$!
 setsid "$POOLER" --port "$DROID_TP_PORT" "${DROID_ARGS[@]}" "${ADMIN_TP_ARGS[@]}" --track-prepared \
   >"$TMP/droid-pool-tp.log" 2>&1 &
 DROID_TP_PID=$!
+setsid "$POOLER" --port "$DROID_TRACK_PORT" --server-port "$PG_PORT" --pool-size 20 --mode transaction \
+  --config "$TMP/droid-pool-track.yaml" "${ADMIN_TRACK_ARGS[@]}" >"$TMP/droid-pool-track.log" 2>&1 &
+DROID_TRACK_PID=$!
 
 # --- PgBouncer (as postgres, files in a dir that user owns) ------------------------
 next_port
@@ -310,11 +323,13 @@ fi
 
 wait_ready droid-pool "$DROID_PORT"
 wait_ready "droid-pool --track-prepared" "$DROID_TP_PORT"
+wait_ready "droid-pool session_state: track" "$DROID_TRACK_PORT"
 wait_ready PgBouncer "$PGB_PORT"
 wait_ready "minimal relay" "$FLOOR_PORT"
 PGB_PID=$(cat "$PGB_DIR/pgbouncer.pid")
 log "droid-pool on $DROID_PORT (pid $DROID_PID), with --track-prepared on $DROID_TP_PORT" \
-  "(pid $DROID_TP_PID), PgBouncer on $PGB_PORT (pid $PGB_PID)"
+  "(pid $DROID_TP_PID), with session_state: track on $DROID_TRACK_PORT (pid $DROID_TRACK_PID)," \
+  "PgBouncer on $PGB_PORT (pid $PGB_PID)"
 
 if [[ $SMOKE -eq 1 ]]; then
   OUT_DIR=$(mktemp -d /tmp/droid-bench-smoke.XXXXXX)
@@ -332,6 +347,8 @@ fi
   --pg-port "$PG_PORT" --pg-pid "$PG_PID" \
   --droid-port "$DROID_PORT" --droid-pid "$DROID_PID" --droid-log "$TMP/droid-pool.log" \
   --droid-tp-port "$DROID_TP_PORT" --droid-tp-pid "$DROID_TP_PID" --droid-tp-log "$TMP/droid-pool-tp.log" \
+  --droid-track-port "$DROID_TRACK_PORT" --droid-track-pid "$DROID_TRACK_PID" \
+  --droid-track-log "$TMP/droid-pool-track.log" \
   --pgb-port "$PGB_PORT" --pgb-pid "$PGB_PID" --pgb-log "$PGB_DIR/pgbouncer.log" \
   --floor-port "$FLOOR_PORT" --floor-pid "$FLOOR_PID" "${URING_ARGS[@]}" \
   --idle-clients "$IDLE_CLIENTS" \

@@ -171,6 +171,103 @@ impl ClientParams {
     }
 }
 
+/// PostgreSQL's names of the client encodings, as it reports them (`pg_enc2name_tbl`).
+const ENCODINGS: &[&str] = &[
+    "SQL_ASCII",
+    "EUC_JP",
+    "EUC_CN",
+    "EUC_KR",
+    "EUC_TW",
+    "EUC_JIS_2004",
+    "UTF8",
+    "MULE_INTERNAL",
+    "LATIN1",
+    "LATIN2",
+    "LATIN3",
+    "LATIN4",
+    "LATIN5",
+    "LATIN6",
+    "LATIN7",
+    "LATIN8",
+    "LATIN9",
+    "LATIN10",
+    "WIN1256",
+    "WIN1258",
+    "WIN866",
+    "WIN874",
+    "KOI8R",
+    "WIN1251",
+    "WIN1252",
+    "ISO_8859_5",
+    "ISO_8859_6",
+    "ISO_8859_7",
+    "ISO_8859_8",
+    "WIN1250",
+    "WIN1253",
+    "WIN1254",
+    "WIN1255",
+    "WIN1257",
+    "KOI8U",
+    "SJIS",
+    "BIG5",
+    "GBK",
+    "UHC",
+    "GB18030",
+    "JOHAB",
+    "SHIFT_JIS_2004",
+];
+
+/// The other names PostgreSQL takes for them (`pg_encname_tbl`), as [`encoding_key`] has them.
+const ENCODING_ALIASES: &[(&str, &str)] = &[
+    ("unicode", "UTF8"),
+    ("abc", "WIN1258"),
+    ("tcvn", "WIN1258"),
+    ("tcvn5712", "WIN1258"),
+    ("vscii", "WIN1258"),
+    ("alt", "WIN866"),
+    ("win", "WIN1251"),
+    ("koi8", "KOI8R"),
+    ("mskanji", "SJIS"),
+    ("shiftjis", "SJIS"),
+    ("win932", "SJIS"),
+    ("windows932", "SJIS"),
+    ("win936", "GBK"),
+    ("windows936", "GBK"),
+    ("win949", "UHC"),
+    ("windows949", "UHC"),
+    ("win950", "BIG5"),
+    ("windows950", "BIG5"),
+    ("iso88591", "LATIN1"),
+    ("iso88592", "LATIN2"),
+    ("iso88593", "LATIN3"),
+    ("iso88594", "LATIN4"),
+    ("iso88599", "LATIN5"),
+    ("iso885910", "LATIN6"),
+    ("iso885913", "LATIN7"),
+    ("iso885914", "LATIN8"),
+    ("iso885915", "LATIN9"),
+    ("iso885916", "LATIN10"),
+];
+
+/// An encoding name as PostgreSQL compares them: case and punctuation ignored.
+fn encoding_key(name: &str) -> String {
+    let alnum = name.chars().filter(char::is_ascii_alphanumeric);
+    alnum.map(|c| c.to_ascii_lowercase()).collect()
+}
+
+/// The name PostgreSQL reports for client encoding `name` (`utf-8` is `UTF8`, `Unicode` too),
+/// or `None` for a name it does not know (the server then answers for it). The pooler
+/// greets a client before any server sees its settings, so it spells them as a server would.
+pub fn canonical_encoding(name: &str) -> Option<&'static str> {
+    let key = encoding_key(name);
+    let alias = ENCODING_ALIASES.iter().find(|(a, _)| *a == key);
+    alias.map(|(_, c)| *c).or_else(|| {
+        let windows = key.strip_prefix("windows").map(|n| format!("win{n}"));
+        let key = windows.as_deref().unwrap_or(&key);
+        ENCODINGS.iter().copied().find(|c| encoding_key(c) == key)
+    })
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -193,6 +290,25 @@ fn push_literal(sql: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encodings_are_named_as_postgresql_reports_them() {
+        for (given, reported) in [
+            ("utf-8", "UTF8"),
+            ("UTF8", "UTF8"),
+            ("Unicode", "UTF8"),
+            ("latin1", "LATIN1"),
+            ("ISO-8859-1", "LATIN1"),
+            ("iso_8859_5", "ISO_8859_5"),
+            ("sql_ascii", "SQL_ASCII"),
+            ("windows-1252", "WIN1252"),
+            ("euc-jp", "EUC_JP"),
+            ("shift_jis_2004", "SHIFT_JIS_2004"),
+        ] {
+            assert_eq!(canonical_encoding(given), Some(reported), "{given}");
+        }
+        assert_eq!(canonical_encoding("klingon"), None);
+    }
 
     #[test]
     fn sync_only_differences_and_quotes() {

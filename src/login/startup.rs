@@ -128,6 +128,13 @@ pub(super) fn requested_params(s: &Startup) -> Params {
             }
         }
     }
+    // Reported back at once: spelled as PostgreSQL would report it (asyncpg sends `utf-8`).
+    if let Some(enc) = p
+        .get("client_encoding")
+        .and_then(crate::params::canonical_encoding)
+    {
+        p.set("client_encoding", enc);
+    }
     p
 }
 

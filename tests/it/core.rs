@@ -1788,12 +1788,13 @@ async fn invalid_startup_setting_is_an_error() {
     }
 }
 
-/// client_encoding from the startup packet: the pooler says it at login and the server
-/// converts for that client only.
+/// client_encoding from the startup packet: the pooler says it at login, spelled as
+/// PostgreSQL reports it, and the server converts for that client only.
 #[tokio::test]
 async fn client_encoding_is_per_client() {
     let pg = support::shared();
     let pooler = Pooler::start(pg, &["--mode", "transaction", "--pool-size", "1"]);
+    client_encoding_is_reported_as_postgresql_spells_it(&pooler).await;
     let mut latin = Raw::open(pooler.port()).await;
     latin
         .send(&startup_bytes(
@@ -2264,4 +2265,44 @@ async fn warm_sessions_are_bounded_and_given_back() {
         "VmRSS with {} clients after a query each: {rss_busy} kB",
         WARM_MAX + 50
     );
+}
+
+/// The client encoding a client asks for at startup is reported back as PostgreSQL spells it
+/// (asyncpg sends `utf-8` and checks for `UTF8`): the pooler greets the client itself, before
+/// any server has seen the setting, so it must spell it as a server would.
+async fn client_encoding_is_reported_as_postgresql_spells_it(pooler: &Pooler) {
+    let reported = |frames: Vec<Frame>| {
+        frames
+            .iter()
+            .filter(|f| f.tag == backend::PARAMETER_STATUS_TAG)
+            .filter_map(|f| backend::parse_parameter_status(f.body()).ok())
+            .find(|(k, _)| *k == "client_encoding")
+            .map(|(_, v)| v.to_owned())
+    };
+    for asked in [
+        "utf-8",
+        "Unicode",
+        "latin1",
+        "ISO-8859-1",
+        "sql_ascii",
+        "UTF8",
+    ] {
+        let params = [
+            ("user", "droid"),
+            ("database", DB),
+            ("client_encoding", asked),
+        ];
+        let direct = reported(Raw::login_frames_with(support::shared().port, &params).await);
+        let pooled = reported(Raw::login_frames_with(pooler.port(), &params).await);
+        assert!(
+            direct.is_some(),
+            "{asked}: PostgreSQL reports client_encoding"
+        );
+        assert_eq!(pooled, direct, "{asked}");
+        // And the session runs in it.
+        let mut c = Raw::connect_with(pooler.port(), &params).await;
+        c.send(&raw::query("show client_encoding")).await;
+        let f = c.until_ready().await;
+        assert_eq!(raw::first_col(&f[1]), direct, "{asked}");
+    }
 }

@@ -196,6 +196,11 @@ impl Raw {
             .1
     }
 
+    /// The login's frames for a startup packet with `params`, up to ReadyForQuery.
+    pub async fn login_frames_with(port: u16, params: &[(&str, &str)]) -> Vec<Frame> {
+        Raw::login(port, params).await.1
+    }
+
     /// Connects, sends a startup packet with `params` and reads up to ReadyForQuery.
     async fn login(port: u16, params: &[(&str, &str)]) -> (Raw, Vec<Frame>) {
         let mut raw = Raw::open(port).await;
