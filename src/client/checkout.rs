@@ -157,7 +157,7 @@ impl Session<'_> {
 
     /// Starts holding a server taken (and synced) at `now`, under the pool's policy now (a
     /// reloaded mode or setting applies from this transaction on).
-    fn hold(&mut self, conn: Server, now: Instant) {
+    fn hold(&mut self, mut conn: Server, now: Instant) {
         // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
         let (mode, state) = self.pool.policy_inputs();
         let generation = self.shared.config.generation() as u32;
@@ -170,6 +170,9 @@ impl Session<'_> {
                 Policy::new(&self.shared.config.load(), mode, state)
             });
         self.relay.hold(&conn.state, fresh, now);
+        if self.relay.policy().tracking {
+            self.close_orphans(&mut conn);
+        }
         Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());
         self.cancel.set(
             conn.addr,
@@ -179,5 +182,17 @@ impl Session<'_> {
             now,
         );
         self.server = Some(conn);
+    }
+
+    /// Closes the server's copies of statements whose clients have left since it last
+    /// looked (`pool::orphans`).
+    fn close_orphans(&mut self, conn: &mut Server) {
+        let orphans = self.pool.orphans();
+        if conn.state.statements.is_empty() {
+            conn.state.orphans_seen = orphans.mark();
+        } else if let Some((gone, mark)) = orphans.since(conn.state.orphans_seen) {
+            self.relay.close_orphans(&mut conn.state, &gone);
+            conn.state.orphans_seen = mark;
+        }
     }
 }

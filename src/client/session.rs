@@ -100,6 +100,9 @@ pub struct Session<'a> {
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
+        if self.relay.left_statements() {
+            self.pool.orphans().add(self.relay.id());
+        }
         // However the session ends (its task too may be dropped), a pin stops counting.
         if let Some(reason) = self.cancel.pin() {
             self.member.unpin(reason);

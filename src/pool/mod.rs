@@ -12,6 +12,7 @@ mod landing;
 mod limits;
 mod listener;
 mod maintenance;
+mod orphans;
 mod registry;
 mod settings;
 #[cfg(test)]
@@ -204,6 +205,8 @@ struct PoolInner {
     rearm: Notify,
     /// Servers released by their client and being reset before reuse (PgBouncer's `used`).
     resetting: AtomicI64,
+    /// Statements of departed clients, closed by the next client on each server.
+    orphans: orphans::Orphans,
     /// Clients pinned to their server by session state, by reason (touched when a client is
     /// pinned or leaves, and read by the wait timeout's error and the snapshot).
     pins: Mutex<Vec<(&'static str, i64)>>,
@@ -261,6 +264,7 @@ impl Pool {
                 clients: AtomicI64::new(0),
                 rearm: Notify::new(),
                 resetting: AtomicI64::new(0),
+                orphans: orphans::Orphans::default(),
                 pins: Mutex::new(Vec::new()),
                 closing: std::sync::atomic::AtomicBool::new(false),
                 listen: Mutex::new(Default::default()),
@@ -278,6 +282,11 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// Statements of this pool's departed clients (`--track-prepared`).
+    pub fn orphans(&self) -> &orphans::Orphans {
+        &self.inner.orphans
     }
 
     /// The pool's name as a shared string (no copy per client).

@@ -54,6 +54,11 @@ impl ClientStatements {
         self.next_id + 1
     }
 
+    /// Whether the client ever prepared a statement (copies of it may be on servers).
+    pub fn ever_kept(&self) -> bool {
+        self.next_id > 0
+    }
+
     /// Keeps a statement made from a Parse; `rename` gives its server name and renamed Parse
     /// from its id. A statement it replaces is remembered until the Parse is settled.
     pub fn insert(&mut self, name: Bytes, rename: impl FnOnce(u64) -> (Bytes, Bytes)) -> Arc<Kept> {
@@ -193,6 +198,17 @@ pub fn server_name(client: u64, name: &[u8], id: u64) -> Bytes {
         v.extend_from_slice(format!("P{client}_{id}").as_bytes());
     }
     Bytes::from(v)
+}
+
+/// The client whose statement a server name is (`p<c>_...` or `P<c>_...`, see
+/// [`server_name`]).
+pub fn owner(server_name: &[u8]) -> Option<u64> {
+    let rest = server_name
+        .strip_prefix(b"p")
+        .or_else(|| server_name.strip_prefix(b"P"))?;
+    let digits = rest.iter().position(|&b| b == b'_')?;
+    let number = std::str::from_utf8(&rest[..digits]).ok()?;
+    number.parse().ok()
 }
 
 /// One server copy: which statement it is, when it was last used and when it was made.
@@ -349,6 +365,13 @@ impl ServerStatements {
         self.map.is_empty()
     }
 
+    /// The copies made for any of `clients` (their number in the name), to close.
+    pub fn of_clients(&self, clients: &[u64]) -> Vec<(Bytes, u64)> {
+        let mine = |k: &Bytes| owner(k).is_some_and(|c| clients.contains(&c));
+        let copies = self.map.iter().filter(|(k, _)| mine(k));
+        copies.map(|(k, c)| (k.clone(), c.id)).collect()
+    }
+
     /// The server names of the copies held (the simulation checks each exists there).
     pub fn names(&self) -> impl Iterator<Item = &[u8]> {
         self.map.keys().map(|k| k.as_ref())
@@ -373,6 +396,15 @@ mod tests {
         s.insert(Bytes::copy_from_slice(name.as_bytes()), |id| {
             (format!("p1_{name}_{id}").into(), Bytes::new())
         })
+    }
+
+    #[test]
+    fn a_server_name_says_whose_statement_it_is() {
+        assert_eq!(owner(&server_name(12, b"q", 3)), Some(12));
+        let long = [b'x'; 80];
+        assert_eq!(owner(&server_name(7, &long, 9)), Some(7));
+        assert_eq!(owner(b"q"), None);
+        assert_eq!(owner(b"pq_1"), None);
     }
 
     #[test]

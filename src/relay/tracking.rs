@@ -309,6 +309,27 @@ impl Relay {
         self.batch.unnamed_here = false;
     }
 
+    /// Closes `srv`'s copies of the statements of `departed` clients (`pool::orphans`),
+    /// their CloseComplete swallowed: called as the client takes the server, so they go
+    /// before its first message.
+    pub fn close_orphans(&mut self, srv: &mut ServerState, departed: &[u64]) {
+        for (name, id) in srv.statements.of_clients(departed) {
+            f::close_statement(&mut self.sout, &name);
+            srv.statements.remove(&name);
+            let close = Owed::InjectedClose {
+                server_name: name,
+                id,
+            };
+            owe_on(srv, &mut self.statements, close);
+        }
+    }
+
+    /// Whether this client ever prepared a statement: when it leaves, its server copies are
+    /// for the next clients to close.
+    pub fn left_statements(&self) -> bool {
+        self.policy.tracking && self.statements.ever_kept()
+    }
+
     /// Sends `srv` `kept`'s Parse first if it does not hold that statement (its
     /// ParseComplete swallowed).
     pub(super) fn replay_if_missing(

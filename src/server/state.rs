@@ -42,6 +42,9 @@ pub struct ServerState {
     /// The last Parse text read for session state that had none (`pin`, `track`): the same
     /// text again (a driver's unnamed statement, every transaction) is not read again.
     pub plain_parse: Vec<u8>,
+    /// How far in its pool's list of departed clients' statements this connection has looked
+    /// (`pool::orphans`).
+    pub orphans_seen: u64,
 }
 
 impl ServerState {

@@ -1282,6 +1282,19 @@ async fn statements_forgotten_when_the_client_leaves() {
     let r = exchange(&mut c3, &[describe(b'S', "p"), sync()]).await;
     assert_tags(&r, "EZ");
     assert_eq!(errors(&r), [("26000".to_string(), true)]);
+
+    // Their copies go too: the next client on a server closes what departed clients left
+    // there (no one can bind a `p<c>_` name of a client that left), so PostgreSQL's list is
+    // what a session of its own would show.
+    assert_eq!(status(&simple(&mut c3, "begin").await), 'T');
+    assert_eq!(server_statements(&mut c3).await, Vec::<String>::new());
+    assert_eq!(status(&simple(&mut c3, "commit").await), 'I');
+    settle().await;
+    let used = uses(&pooler, 3);
+    assert!(
+        !used.is_empty() && used.iter().all(|l| l.ends_with("server 1")),
+        "c3 on the server the others used: {used:?}"
+    );
 }
 
 /// `DEALLOCATE ALL` in a Query clears the client's kept statements in pipeline order (a Parse
