@@ -5,10 +5,11 @@
 //! exponential backoff and full jitter while clients still wait and the shared retry budget
 //! allows (a refused retry counts as overflow); at most `max_connecting` logins are in flight
 //! per pool. Wrong credentials or an unknown database are never retried. While clients are
-//! held (`failover.hold_timeout`), the login goes on within the breakers until one fits; a
+//! held (`failover.hold_timeout`), the login goes on within the breakers until one fits. A
 //! standby it reached is kept open and asked again at each recheck rather than logged in to
-//! anew (a promoted standby keeps its sessions, and they take writes), so a promotion costs
-//! the new primary no extra logins.
+//! anew (a promoted standby keeps its sessions, and they take writes), by the same login while
+//! it goes on and by the next one after it gave up (`parked`), so a promotion costs the new
+//! primary no extra logins.
 
 use std::time::{Duration, Instant};
 
@@ -48,12 +49,13 @@ impl Backend {
 pub(super) enum Failure {
     Server(ServerError),
     CircuitOpen(Duration),
-    /// Hosts answered but none fits; what each was.
-    NoFit(String),
+    /// Hosts answered but none fits: what each was, and the standbys reached (to be kept for
+    /// the next recheck).
+    NoFit(String, Vec<ServerConn>),
 }
 
 /// One host's state within one login loop: its backoff, its last failure, and the standby
-/// kept while held.
+/// it reached.
 struct HostTry {
     backoff: Backoff,
     not_before: Option<Instant>,
@@ -229,7 +231,9 @@ impl Pool {
                 round.misfits.push(misfit(host, host.record.role()));
                 continue;
             }
-            if let Some(conn) = tries[i].kept.take() {
+            // A standby this loop or an earlier one kept is asked again: no new login.
+            let kept = tries[i].kept.take();
+            if let Some(conn) = kept.or_else(|| self.unpark(&host.record.addr)) {
                 if let Some((conn, role)) = self.ask_again(host, conn).await {
                     let rest = &order[pos + 1..];
                     let keep = Some(&mut tries[i].kept);
@@ -262,8 +266,7 @@ impl Pool {
                     tries[i].backoff.reset();
                     tries[i].error = None;
                     let rest = &order[pos + 1..];
-                    let keep =
-                        (!self.settings().hold_timeout.is_zero()).then_some(&mut tries[i].kept);
+                    let keep = Some(&mut tries[i].kept);
                     if let Some(conn) = settle(route, rest, host, conn, role, round, keep) {
                         return Ok(Some(conn));
                     }
@@ -355,7 +358,8 @@ impl Pool {
             t.not_before
                 .map(|_| format!("{} did not answer", h.record.name))
         }));
-        Failure::NoFit(what.join(", "))
+        let standbys = tries.iter_mut().filter_map(|t| t.kept.take()).collect();
+        Failure::NoFit(what.join(", "), standbys)
     }
 
     fn has_live_waiters(&self) -> bool {

@@ -51,5 +51,6 @@ impl Pool {
         for conn in idle {
             self.close(conn, reason);
         }
+        self.sweep_parked(std::time::Instant::now(), true);
     }
 }

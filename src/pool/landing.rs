@@ -49,8 +49,18 @@ impl Pool {
                     self.lock_and_spawn();
                 }
             }
-            Err(failure) => {
-                drop(slots);
+            Err(mut failure) => {
+                // A standby reached is kept, with this login's slots, for the next recheck.
+                match &mut failure {
+                    Failure::NoFit(_, standbys) if !standbys.is_empty() => {
+                        let first = standbys.swap_remove(0);
+                        for extra in standbys.drain(..) {
+                            tokio::spawn(super::terminate(Box::new(extra)));
+                        }
+                        self.park(first, slots, generation);
+                    }
+                    _ => drop(slots),
+                }
                 self.inner.login_ok.store(false, Ordering::Relaxed);
                 self.publish_roles();
                 self.login_failed(failure, held, count);
@@ -73,7 +83,8 @@ impl Pool {
         // With no server open, nobody will be served soon: tell every waiter now. Otherwise a
         // busy server will come back; fail only one waiter (a circuit or no-fit answer goes to
         // every waiter: no login will start before the next arrival).
-        let all = !matches!(err, PoolError::Unavailable { .. }) || self.open_count() == 0;
+        let all = !matches!(err, PoolError::Unavailable { .. })
+            || self.open_count() == self.parked_count();
         self.fail_waiters(err, all);
     }
 
@@ -81,7 +92,7 @@ impl Pool {
     pub(super) fn failure_error(&self, failure: Failure) -> (PoolError, &'static str) {
         match failure {
             Failure::CircuitOpen(retry_after) => (self.circuit_error(retry_after), "circuit_open"),
-            Failure::NoFit(what) => (
+            Failure::NoFit(what, _) => (
                 PoolError::NoHostFits {
                     database: self.inner.database.clone(),
                     want: self.lock().route.tsa(),

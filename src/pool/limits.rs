@@ -103,7 +103,8 @@ impl Pool {
         drop(unused);
     }
 
-    /// Closes the least recently used idle server of another pool under `limit`, if any.
+    /// Closes the least recently used idle server of another pool under `limit`, if any; a
+    /// standby another pool keeps for its next recheck (it serves nobody) goes first.
     fn evict_for(&self, limit: &Limit) {
         let mut oldest: Option<(Instant, Pool)> = None;
         for inner in limit.members() {
@@ -111,6 +112,9 @@ impl Pool {
                 continue;
             }
             let other = Pool { inner };
+            if other.parked_count() > 0 {
+                return other.sweep_parked(Instant::now(), true);
+            }
             let at = other.lock().idle.front().map(|c| c.last_used);
             if let Some(at) = at {
                 if oldest.as_ref().map_or(true, |(o, _)| at < *o) {

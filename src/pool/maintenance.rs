@@ -56,6 +56,7 @@ impl Pool {
     fn maintain(&self) {
         let now = Instant::now();
         self.settle_debt();
+        self.sweep_parked(now, false);
         let s = self.settings();
         let retire = {
             let mut st = self.lock();

@@ -13,6 +13,7 @@ mod limits;
 mod listener;
 mod maintenance;
 mod orphans;
+mod parked;
 mod registry;
 mod settings;
 #[cfg(test)]
@@ -152,6 +153,8 @@ struct PoolState {
     route: Arc<Route>,
     /// No host fitted at the last login and none has since: new waiters are held.
     held: bool,
+    /// Standbys kept for the next recheck (see `parked`), each holding a slot.
+    parked: Vec<Server>,
 }
 
 impl PoolState {
@@ -168,6 +171,7 @@ impl PoolState {
             granted: (0..limits).map(|_| None).collect(),
             route: Arc::new(route),
             held: false,
+            parked: Vec::new(),
         }
     }
 }
@@ -423,7 +427,7 @@ impl Pool {
 
     /// Counts of this pool now, for metrics and status.
     pub fn snapshot(&self) -> PoolSnapshot {
-        let (idle, connecting, waiting, max_wait) = {
+        let (idle, connecting, waiting, max_wait, parked) = {
             let st = self.lock();
             // Queued and still listening: a client handed a server but not yet run is not
             // waiting any more, and one that gave up has left.
@@ -437,11 +441,12 @@ impl Pool {
                 st.connecting as i64,
                 live().count() as i64,
                 max_wait,
+                st.parked.len() as i64,
             )
         };
         let open = self.open_count() as i64;
         let used = self.inner.resetting.load(Ordering::Relaxed);
-        let active = (open - idle - connecting - used).max(0);
+        let active = (open - idle - connecting - used - parked).max(0);
         let clients = self.inner.clients.load(Ordering::Relaxed);
         let settings = self.settings();
         PoolSnapshot {

@@ -202,3 +202,44 @@ async fn a_role_not_reported_is_asked() {
         assert_eq!(ask_role(&mut conn).await.expect("asked"), want);
     }
 }
+
+/// Logins PostgreSQL counted at `port` (`pg_stat_database.sessions`, all databases), read
+/// over a new direct connection (itself one more).
+async fn sessions_at(port: u16) -> i64 {
+    let c = crate::support::connect(&crate::support::conn_string(port, USER, DB)).await;
+    let row = c
+        .query_one("select sum(sessions)::int8 from pg_stat_database", &[])
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// With no hold, every client that finds only a standby is told 57P03 at once; the pooler
+/// rechecks the standby for each (after `RECHECK`), over the standby connection an earlier
+/// login kept rather than a login of its own, so a long outage costs the standby one login
+/// per pool, not one per client (and a promotion's first server is that connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_rechecked_without_logging_in_again() {
+    let pair = shared_pair().lock().await;
+    let s = pair.standby().port;
+    let yaml = hosts_yaml(&[s], "  target_session_attrs: primary\n");
+    let pooler = block_in_place(|| Pooler::start_with_hosts(&yaml));
+    let before = sessions_at(s).await;
+    const CLIENTS: i64 = 8;
+    for _ in 0..CLIENTS {
+        let err = pooler
+            .try_connect(USER, DB)
+            .await
+            .expect_err("only a standby");
+        assert_eq!(err.code(), Some(&SqlState::CANNOT_CONNECT_NOW), "{err}");
+        // Longer than a recheck's interval: every client rechecks.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A session's count reaches the statistics within a second (at its end at the latest).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let logins = sessions_at(s).await - before - 1;
+    assert!(
+        (1..=2).contains(&logins),
+        "{CLIENTS} clients rechecked the standby with {logins} logins"
+    );
+}
