@@ -121,13 +121,18 @@ fn plainly_nothing(sql: &[u8]) -> bool {
     let rest = &sql[7..];
     let mut at = 0;
     while let Some(c) = rest[at..].first_chunk::<8>() {
-        let v = u64::from_le_bytes(*c);
-        // Bytes equal to `;` or `(`, and to `i` without case, flagged in one go.
-        let mut flags = zero_bytes(v ^ splat(b';'))
-            | zero_bytes(v ^ splat(b'('))
-            | zero_bytes((v | splat(0x20)) ^ splat(b'i'));
+        // Folded once: `;` and `(` keep their bit 5 set, so only they (and two control
+        // bytes, told apart below) fold onto themselves, as `I` folds onto `i`.
+        let v = u64::from_le_bytes(*c) | splat(0x20);
+        let (a, b, i) = (v ^ splat(b';'), v ^ splat(b'('), v ^ splat(b'i'));
+        let ones = splat(0x01);
+        // The classic zero-byte test of each, merged: the lowest flag is exact, those above
+        // it are checked like it.
+        let mut flags = ((a.wrapping_sub(ones) & !a)
+            | (b.wrapping_sub(ones) & !b)
+            | (i.wrapping_sub(ones) & !i))
+            & splat(0x80);
         while flags != 0 {
-            // The lowest flag is exact; those above it are checked like it.
             let i = at + (flags.trailing_zeros() / 8) as usize;
             flags &= flags - 1;
             match settles(rest, i) {
@@ -153,15 +158,10 @@ const fn splat(b: u8) -> u64 {
     u64::from_ne_bytes([b; 8])
 }
 
-/// The high bit of each zero byte of `x` set (the classic test: the lowest is exact, those
-/// above it may be false).
-fn zero_bytes(x: u64) -> u64 {
-    x.wrapping_sub(splat(0x01)) & !x & splat(0x80)
-}
-
 /// What the byte at `i` of `text` means for the quick path: `None` for a `(`, an `INTO` or a
 /// `;` with more after it; `Some(true)` for a last `;` (the text is done); `Some(false)` for
 /// anything else.
+#[inline(always)]
 fn settles(text: &[u8], i: usize) -> Option<bool> {
     match text[i] {
         b'(' => None,
@@ -169,10 +169,12 @@ fn settles(text: &[u8], i: usize) -> Option<bool> {
             .iter()
             .all(u8::is_ascii_whitespace)
             .then_some(true),
+        // Folded, only `into` in any case matches (each letter's other case differs in bit
+        // 5 alone).
         b'i' | b'I'
-            if text
-                .get(i..i + 4)
-                .is_some_and(|w| w.eq_ignore_ascii_case(b"into")) =>
+            if text[i..].first_chunk::<4>().is_some_and(|w| {
+                u32::from_le_bytes(*w) | 0x2020_2020 == u32::from_le_bytes(*b"into")
+            }) =>
         {
             None
         }

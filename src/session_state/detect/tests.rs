@@ -290,8 +290,9 @@ fn the_quick_paths_agree_with_the_lexer() {
     ));
     assert!(!plainly_nothing(b"select\n1 InTo TEMP t"));
     assert!(!plainly_nothing(b"selectx 1"));
-    // Every position of each byte that matters, across the eight-byte steps.
-    for at in 0..20 {
+    // Every position of each byte that matters, across the vector search's steps (16 and
+    // 32 bytes, and the short tail).
+    for at in 0..70 {
         let pad = "x".repeat(at);
         assert!(
             !plainly_nothing(format!("select {pad}(1)").as_bytes()),
@@ -307,6 +308,18 @@ fn the_quick_paths_agree_with_the_lexer() {
         );
         assert!(
             plainly_nothing(format!("select {pad};  ").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            !plainly_nothing(format!("select {pad} INTO t;").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            !plainly_nothing(format!("select {pad} iNTo t").as_bytes()),
+            "{at}"
+        );
+        assert!(
+            plainly_nothing(format!("select {pad} In It;").as_bytes()),
             "{at}"
         );
         assert!(
