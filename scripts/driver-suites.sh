@@ -33,6 +33,7 @@
 #   SUITE_TIMEOUT=900                           seconds per run (default 900)
 #   NODE_FILE_TIMEOUT=120                       seconds per node-postgres test file (default 120)
 #   POOLER=/path/to/droid-pool                  test this binary (no cargo build)
+#   KEEP=target/my-run                          prefix of the kept logs (KEEP-MODE.log, ...)
 #
 # This is a measurement, not a gate: it exits 0 when every run completed (whatever the
 # counts), non-zero only if the harness itself failed. Needs network access to PyPI (and npm
@@ -55,11 +56,11 @@ case $SUITE in
   asyncpg)
     # asyncpg's names stay as they were before the other suites came.
     OUT=${OUT:-$ROOT/target/driver-suites.md}
-    KEEP=$ROOT/target/driver-suites
+    KEEP=${KEEP:-$ROOT/target/driver-suites}
     ;;
   psycopg | node-postgres)
     OUT=${OUT:-$ROOT/target/driver-suites-$SUITE.md}
-    KEEP=$ROOT/target/driver-suites-$SUITE
+    KEEP=${KEEP:-$ROOT/target/driver-suites-$SUITE}
     ;;
   *)
     log "unknown SUITE $SUITE (asyncpg, psycopg, node-postgres)"

@@ -264,7 +264,16 @@ async fn finish(
     if degraded.status {
         event(ctx, pc, EventType::Warning, &degraded).await;
     }
-    let next = if rolling { ROLLOUT_RETRY } else { RESYNC };
+    // A share held per pool until the poolers read the per-database limit waits on pods
+    // coming and going: looked at again soon, so that a pod event the watch missed (a watch
+    // restarted across a deletion) does not leave it for a resync.
+    let budget_waits = rendered.sizing.scope == Some(BudgetScope::Pool)
+        && seen.readers.reading < seen.readers.asked + seen.readers.failing;
+    let next = if rolling || budget_waits {
+        ROLLOUT_RETRY
+    } else {
+        RESYNC
+    };
     // A Cluster's status is also watched where its CRD is installed; this covers the rest.
     Ok(Action::requeue(match seen.switchover {
         Some(_) => next.min(CNPG_POLL),
