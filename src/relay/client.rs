@@ -105,6 +105,15 @@ impl Relay {
             if self.policy.tracking && self.fate_waits(srv.as_deref(), tag, seen) {
                 break;
             }
+            if self.policy.tracking
+                && self.policy.track_settings
+                && tag == f::QUERY_TAG
+                && whole
+                && self.deallocate_kept(srv.as_deref_mut(), seen)
+            {
+                self.drop_client(seen, total);
+                continue;
+            }
             let Some(held) = srv.as_deref_mut() else {
                 if self.policy.session_state == StateRule::Refuse
                     && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)

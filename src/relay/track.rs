@@ -148,6 +148,11 @@ fn first_name(msg: &[u8]) -> &[u8] {
 }
 
 impl Log {
+    /// Whether the client holds an SQL prepared statement `name`.
+    pub(super) fn sql_prepared(&self, name: &str) -> bool {
+        self.settings.has(Kind::Prepared, name)
+    }
+
     fn new(status: u8) -> Log {
         Log {
             explicit: status != b::TX_IDLE,

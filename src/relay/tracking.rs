@@ -11,6 +11,7 @@ use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
 use crate::protocol::{backend, sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
+use crate::session_state::detect::{effects, Effect};
 
 const HELD: &str = "a message that needs a server is handled only while one is held";
 
@@ -128,6 +129,47 @@ impl Relay {
                 had,
             },
         );
+        true
+    }
+
+    /// `DEALLOCATE name` as a whole simple Query (`pool.session_state: track`), where `name`
+    /// is a statement the client made with Parse: as PostgreSQL shares one namespace between
+    /// the two, it is a Close S of that statement, whose server copies have other names. The
+    /// pooler forgets it and answers (`DEALLOCATE`, ReadyForQuery) itself, as it answers
+    /// Close S; only with nothing owed (else the Query goes on and meets the server's answer).
+    /// psycopg 3 with libpq before 17 evicts its statements this way. Returns whether it was
+    /// answered (the message is then dropped by the caller).
+    pub(super) fn deallocate_kept(&mut self, srv: Option<&mut ServerState>, seen: usize) -> bool {
+        let msg = &self.client.cbuf[..seen];
+        // Cheap first: a text that does not begin with the word's first letter is not read.
+        if !matches!(msg.get(HEADER_LEN), Some(b'd' | b'D'))
+            || srv.as_deref().is_some_and(|s| !s.replies.is_empty())
+        {
+            return false;
+        }
+        let Ok(sql) = f::query_text(msg) else {
+            return false;
+        };
+        let mut found = Vec::new();
+        effects(sql, &mut found);
+        let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
+            return false;
+        };
+        if self
+            .client
+            .log
+            .as_ref()
+            .is_some_and(|l| l.sql_prepared(name))
+            || self.statements.remove(name.as_bytes()).is_none()
+        {
+            return false;
+        }
+        // A simple Query drops the unnamed statement too.
+        self.forget_unnamed();
+        let mut reply = BytesMut::new();
+        backend::command_complete(&mut reply, "DEALLOCATE");
+        backend::ready_for_query(&mut reply, self.batch.status);
+        self.answer(srv, reply.freeze());
         true
     }
 

@@ -258,3 +258,55 @@ async fn a_reload_turns_track_on_for_a_user() {
     assert_eq!(one(&a, "show work_mem").await, "3MB");
     assert_eq!(pinned(&p, db), 0.0);
 }
+
+/// `DEALLOCATE name` in SQL of a statement the client made with Parse (psycopg 3 with libpq
+/// before 17 evicts its statements so) does what it does directly, with
+/// `--track-prepared`: the statement is gone, its name is free again, a use of it or a second
+/// `DEALLOCATE` is 26000; in a transaction block too. The same sequence runs directly and
+/// through the pooler, and each step's messages and SQLSTATEs must be the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_deallocate_of_a_protocol_statement() {
+    let db = "tr_dealloc";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "pool:\n  size: 2\n  mode: transaction\n  track_prepared: true\n  \
+         session_state: track\nauth:\n  user_methods:\n    {USER}: trust\n"
+    );
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let use_it = || batch(&[bind("", "ps_q", &[]), execute(""), sync()]);
+    let steps: Vec<Vec<u8>> = vec![
+        batch(&[parse("ps_q", "select 41 + 1"), sync()]),
+        use_it(),
+        query("DEALLOCATE ps_q").to_vec(),
+        use_it(),
+        batch(&[parse("ps_q", "select 40 + 2"), sync()]),
+        query("deallocate prepare \"ps_q\"").to_vec(),
+        query("DEALLOCATE ps_q").to_vec(),
+        query("BEGIN").to_vec(),
+        batch(&[parse("ps_q", "select 42"), sync()]),
+        query("DEALLOCATE PS_Q").to_vec(),
+        use_it(),
+        query("ROLLBACK").to_vec(),
+    ];
+    let mut seen = Vec::new();
+    for port in [pg.port, p.port()] {
+        let mut c = Raw::connect(port, USER, db).await;
+        let mut run = Vec::new();
+        for step in &steps {
+            c.send(step).await;
+            let frames = c.until_ready().await;
+            let codes: Vec<String> = frames
+                .iter()
+                .filter(|f| f.tag == b'E')
+                .map(crate::support::raw::sqlstate)
+                .collect();
+            let status = frames.last().map(|f| f.body()[0]);
+            run.push((tags(&frames), codes, status));
+        }
+        seen.push(run);
+    }
+    assert_eq!(seen[0][2], ("CZ".into(), vec![], Some(b'I')), "direct");
+    assert_eq!(seen[0][3].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(seen[1], seen[0], "through the pooler, as directly");
+}
