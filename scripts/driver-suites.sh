@@ -422,11 +422,16 @@ run_psycopg() {
   # (a distribution, no __init__.py) does not shadow it. No pytest-randomly: the same order
   # in each mode. The cache (which the suite's conftest uses) goes to TMP, not the checkout.
   # At SUITE_TIMEOUT pytest gets SIGINT, on which it still writes the report of the tests
-  # that completed.
+  # that completed. Deselected: test_connect_error_multi_hosts_each_message_preserved (marked
+  # slow) connects to 192.0.2.1 and 198.51.100.1, documentation addresses it expects to be
+  # unreachable; these tests must send nothing past loopback (and where 192.0.2.0/24 is the
+  # local network, as on some CI sandboxes, it reaches the gateway and fails anyway).
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of arguments
   (cd "$SUITE_DIR" && PSYCOPG_IMPL=python \
     timeout -s INT -k 60 "$SUITE_TIMEOUT" "$VENV/bin/python" -bb -m pytest ${PYTEST_ARGS:-tests} -q \
     -m "${PSYCOPG_MARKERS-not slow}" -p no:randomly -o cache_dir="$TMP/pytest-cache" \
+    --deselect tests/test_connection.py::test_connect_error_multi_hosts_each_message_preserved \
+    --deselect tests/test_connection_async.py::test_connect_error_multi_hosts_each_message_preserved \
     --test-dsn "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
     --junitxml="$junit" -o junit_family=xunit2 >"$TMP/pytest.log" 2>&1) || true
   grep -E '[0-9]+ (passed|failed)' "$TMP/pytest.log" | tail -n 1 | tr -d '\n' || true
@@ -580,7 +585,8 @@ done
 # The tests failing (failed or error) in run $2 that passed in run $1.
 newly_failing() { # $1 $2 = tests files
   awk -F'\t' 'NR == FNR { if ($3 == "passed") ok[$2] = 1; next }
-    ($3 == "failed" || $3 == "error") && ($2 in ok) { print "- `" $2 "` (" $3 "): " $4 }' "$1" "$2"
+    ($3 == "failed" || $3 == "error") && ($2 in ok) { print "- `" $2 "` (" $3 "): " $4; n++ }
+    END { if (!n) print "(none)" }' "$1" "$2"
 }
 
 {
