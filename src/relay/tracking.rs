@@ -142,7 +142,9 @@ impl Relay {
     pub(super) fn deallocate_kept(&mut self, srv: Option<&mut ServerState>, seen: usize) -> bool {
         let msg = &self.client.cbuf[..seen];
         // Cheap first: a text that does not begin with the word's first letter is not read.
+        // In a failed block PostgreSQL refuses it (25P02): the server says so.
         if !matches!(msg.get(HEADER_LEN), Some(b'd' | b'D'))
+            || self.batch.status == backend::TX_FAILED
             || srv.as_deref().is_some_and(|s| !s.replies.is_empty())
         {
             return false;

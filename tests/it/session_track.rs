@@ -288,6 +288,13 @@ async fn sql_deallocate_of_a_protocol_statement() {
         query("DEALLOCATE PS_Q").to_vec(),
         use_it(),
         query("ROLLBACK").to_vec(),
+        // In a failed block: refused (25P02), and the statement is still there after it.
+        batch(&[parse("ps_q", "select 43"), sync()]),
+        query("BEGIN").to_vec(),
+        query("select 1/0").to_vec(),
+        query("DEALLOCATE ps_q").to_vec(),
+        query("ROLLBACK").to_vec(),
+        use_it(),
     ];
     let mut seen = Vec::new();
     for port in [pg.port, p.port()] {
@@ -308,5 +315,10 @@ async fn sql_deallocate_of_a_protocol_statement() {
     }
     assert_eq!(seen[0][2], ("CZ".into(), vec![], Some(b'I')), "direct");
     assert_eq!(seen[0][3].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(seen[0][15].1, vec!["25P02".to_owned()], "direct");
+    assert_eq!(
+        seen[0][17].0, "2DCZ",
+        "direct: kept through the refused DEALLOCATE"
+    );
     assert_eq!(seen[1], seen[0], "through the pooler, as directly");
 }
