@@ -3,7 +3,7 @@
 //! lookups of a CancelRequest, the console's KILL and SHOW CLIENTS, and the drain deadline.
 
 use rand::Rng;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -132,10 +132,24 @@ pub struct ClientRow {
     pub pin: Option<&'static str>,
 }
 
+/// Clients gone whose last server is remembered: a notification their last transaction sent
+/// can reach a listener after they left (a client that notifies and quits at once).
+const DEPARTED: usize = 256;
+
+/// A departed client's last server: its process id, the client's, and when it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Departed {
+    server_pid: i32,
+    client_pid: i32,
+    at: Instant,
+}
+
 /// Key (pid, secret) → slot of every logged-in client.
 #[derive(Debug, Default)]
 pub struct Cancels {
     map: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
+    /// The last [`DEPARTED`] clients gone that had taken a server, oldest first.
+    departed: Mutex<VecDeque<Departed>>,
 }
 
 impl Cancels {
@@ -170,7 +184,21 @@ impl Cancels {
     }
 
     pub fn unregister(&self, key: (i32, i32)) {
-        self.lock().remove(&key);
+        let Some(slot) = self.lock().remove(&key) else {
+            return;
+        };
+        let Some((server_pid, at)) = slot.lock().last else {
+            return;
+        };
+        let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+        if departed.len() == DEPARTED {
+            departed.pop_front();
+        }
+        departed.push_back(Departed {
+            server_pid,
+            client_pid: key.0,
+            at,
+        });
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, i32), Arc<CancelSlot>>> {
@@ -232,17 +260,27 @@ impl Cancels {
         targets.len()
     }
 
-    /// The process id of the client that last took the server whose process is `server_pid`
-    /// (a notification it sent carries that id to its listeners).
-    pub fn notifier(&self, server_pid: i32) -> Option<i32> {
-        self.lock()
+    /// The process id of the client, logged in or lately gone, that last took the server
+    /// whose process is `server_pid` before `sent_before` (a notification it sent, received
+    /// then, carries that id to its listeners).
+    pub fn notifier(&self, server_pid: i32, sent_before: Instant) -> Option<i32> {
+        let live = self
+            .lock()
             .iter()
             .filter_map(|(key, slot)| match slot.lock().last {
-                Some((pid, at)) if pid == server_pid => Some((at, key.0)),
+                Some((pid, at)) if pid == server_pid && at <= sent_before => Some((at, key.0)),
                 _ => None,
             })
-            .max()
-            .map(|(_, pid)| pid)
+            .max();
+        let gone = self
+            .departed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|d| d.server_pid == server_pid && d.at <= sent_before)
+            .map(|d| (d.at, d.client_pid))
+            .max();
+        live.max(gone).map(|(_, pid)| pid)
     }
 
     /// Forwards a cancel to the server of this pooler's client with that key, if it holds one
@@ -259,5 +297,55 @@ impl Cancels {
             None => tracing::debug!("cancel request for an idle client dropped"),
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:5432".parse().unwrap()
+    }
+
+    #[test]
+    fn a_notifier_is_found_after_it_left_and_not_after_the_notification() {
+        let cancels = Cancels::default();
+        let t0 = Instant::now();
+        let (a, slot_a) = cancels.register("db/u".into(), "db", 0);
+        slot_a.set(addr(), (900, 1), 1, 0, t0);
+        let sent = t0 + Duration::from_millis(5);
+        assert_eq!(cancels.notifier(900, sent), Some(a.0));
+        // The sender quits before its notification is delivered: still named.
+        cancels.unregister(a);
+        assert_eq!(cancels.notifier(900, sent), Some(a.0));
+        // Another client takes the same server after the notification arrived: not the
+        // sender of that one, the sender of later ones.
+        let (b, slot_b) = cancels.register("db/u".into(), "db", 0);
+        slot_b.set(addr(), (900, 1), 1, 0, t0 + Duration::from_millis(10));
+        assert_eq!(cancels.notifier(900, sent), Some(a.0));
+        assert_eq!(
+            cancels.notifier(900, t0 + Duration::from_millis(20)),
+            Some(b.0)
+        );
+        assert_eq!(cancels.notifier(901, sent), None);
+    }
+
+    #[test]
+    fn departed_clients_are_remembered_within_a_bound() {
+        let cancels = Cancels::default();
+        let t0 = Instant::now();
+        let (first, slot) = cancels.register("db/u".into(), "db", 0);
+        slot.set(addr(), (1, 1), 1, 0, t0);
+        cancels.unregister(first);
+        for i in 0..DEPARTED as i32 {
+            let (k, s) = cancels.register("db/u".into(), "db", 0);
+            s.set(addr(), (10 + i, 1), 1, 0, t0);
+            cancels.unregister(k);
+        }
+        assert_eq!(cancels.departed.lock().unwrap().len(), DEPARTED);
+        assert_eq!(cancels.notifier(1, t0), None);
+        assert!(cancels.notifier(10, t0).is_some());
     }
 }

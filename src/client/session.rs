@@ -63,10 +63,16 @@ impl Io for Wire<'_> {
         self.client.try_write_plain(bytes)
     }
 
-    fn notifier(&mut self, server_pid: i32) -> i32 {
-        self.cancels.notifier(server_pid).unwrap_or(server_pid)
+    fn notifier(&mut self, server_pid: i32, arrived: Option<std::time::Instant>) -> i32 {
+        self.cancels
+            .notifier(server_pid, arrived.unwrap_or_else(Instant::now))
+            .unwrap_or(server_pid)
     }
 }
+
+/// How long a listening client's ReadyForQuery waits for the pool's listening connection to
+/// receive the notifications its transaction sent.
+const CAUGHT_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A bounded few sessions keep their buffers and their future between transactions.
 pub(super) struct Warm {
@@ -490,9 +496,14 @@ impl<'a> Session<'a> {
         } else {
             self.relay.server_sent();
         }
-        self.maybe_release();
+        let released = self.maybe_release();
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
+            if released && self.relay.take_notified() {
+                // Its own notification (and any committed before it) goes out before its
+                // ReadyForQuery, as directly: the listening connection catches up first.
+                Box::pin(self.caught_up()).await;
+            }
             self.deliver_notifications();
         }
         self.relay.end_round();
@@ -503,19 +514,20 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Gives the server back if the relay says the transaction is over.
-    fn maybe_release(&mut self) {
+    /// Gives the server back if the relay says the transaction is over; returns whether it
+    /// did.
+    fn maybe_release(&mut self) -> bool {
         if self.relay.take_pin_change() {
             self.follow_pin();
         }
         let Some(conn) = self.server.as_ref() else {
-            return;
+            return false;
         };
         if !self.relay.release_ready(&conn.state) {
-            return;
+            return false;
         }
         let Some(mut conn) = self.server.take() else {
-            return;
+            return false;
         };
         let now = self.relay.release(
             &conn.state,
@@ -527,6 +539,22 @@ impl<'a> Session<'a> {
         self.cancel.clear();
         conn.state.trim_buffers();
         self.pool.checkin_at(conn, now);
+        true
+    }
+
+    /// Waits (a bounded while) for the pool's listening connection to receive every
+    /// notification committed so far.
+    #[cold]
+    async fn caught_up(&mut self) {
+        if tokio::time::timeout(CAUGHT_UP_WAIT, self.pool.listener_caught_up())
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                client = self.relay.id(),
+                "the listening connection did not catch up in time"
+            );
+        }
     }
 
     /// A lone `LISTEN`/`UNLISTEN` (`track`): done with the pool's listening connection, so
@@ -568,6 +596,8 @@ impl<'a> Session<'a> {
                 self.relay.subscribed(false, Ok(()));
             }
         }
+        let listening = !inbox.channels().is_empty();
+        self.relay.set_listening(listening);
     }
 
     /// Queues the notifications waiting in the inbox (and the warning of a loss) for the
@@ -581,10 +611,13 @@ impl<'a> Session<'a> {
             client: &mut *self.client,
             cancels: &self.shared.cancels,
         };
-        while let Some(item) = inbox.try_recv() {
-            self.relay
-                .notify(item.as_deref(), inbox.take_lost(), &mut wire);
-        }
+        // Before the ReadyForQuery that ends the client's transaction, where PostgreSQL puts
+        // a transaction's own notifications.
+        self.relay.before_ready(|relay| {
+            while let Some(item) = inbox.try_recv() {
+                relay.notify(item.as_deref(), inbox.take_lost(), &mut wire);
+            }
+        });
     }
 
     /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.
@@ -595,6 +628,7 @@ impl<'a> Session<'a> {
             if let Some(inbox) = self.inbox.as_deref_mut() {
                 self.pool.unlisten(self.relay.id(), None);
                 inbox.note(false, None);
+                self.relay.set_listening(false);
             }
         }
         let now = self.relay.pinned().map(|p| p.label());

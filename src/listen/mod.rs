@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::mpsc;
@@ -28,6 +29,9 @@ pub const QUEUE: usize = 1024;
 #[derive(Debug)]
 pub struct Note {
     raw: Bytes,
+    /// When the listening connection received it: its sender took its server before then
+    /// (a client that took that server later is not the sender).
+    arrived: Instant,
     renumbered: OnceLock<Bytes>,
 }
 
@@ -35,15 +39,17 @@ impl Note {
     pub fn new(raw: Bytes) -> Arc<Note> {
         Arc::new(Note {
             raw,
+            arrived: Instant::now(),
             renumbered: OnceLock::new(),
         })
     }
 
-    /// The message as clients get it: `renumber` (given the received message, `None` when
-    /// it stays as it is) runs once per notification, whoever delivers it first.
-    pub fn bytes(&self, renumber: impl FnOnce(&[u8]) -> Option<Bytes>) -> &[u8] {
+    /// The message as clients get it: `renumber` (given the received message and when it
+    /// arrived; `None` when it stays as it is) runs once per notification, whoever delivers
+    /// it first.
+    pub fn bytes(&self, renumber: impl FnOnce(&[u8], Instant) -> Option<Bytes>) -> &[u8] {
         self.renumbered
-            .get_or_init(|| renumber(&self.raw).unwrap_or_else(|| self.raw.clone()))
+            .get_or_init(|| renumber(&self.raw, self.arrived).unwrap_or_else(|| self.raw.clone()))
     }
 }
 
@@ -346,7 +352,7 @@ mod tests {
         let note = Note::new(with_pid(&notification(7, "c", "p"), 7));
         let mut calls = 0;
         for _ in 0..3 {
-            let b = note.bytes(|m| {
+            let b = note.bytes(|m, _| {
                 calls += 1;
                 Some(with_pid(m, 42))
             });

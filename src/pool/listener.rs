@@ -37,7 +37,15 @@ pub type ListenResult = Result<(), ErrorFields>;
 enum Cmd {
     Listen(String, oneshot::Sender<ListenResult>),
     Unlisten(String),
+    /// Answered once every notification committed before it was asked has been received.
+    CaughtUp(oneshot::Sender<()>),
 }
+
+/// The channel the listening connection notifies itself on to know it has caught up: a
+/// session's own notifications, and every one committed before, reach it before the
+/// ReadyForQuery of its `NOTIFY` (they are read from PostgreSQL's queue in commit order).
+/// Never handed to clients.
+const CAUGHT_UP: &str = "droid-pool caught up";
 
 /// Who listens on what, and the running connection task's queue.
 #[derive(Default)]
@@ -93,6 +101,19 @@ impl Pool {
             for c in emptied {
                 let _ = cmd.send(Cmd::Unlisten(c));
             }
+        }
+    }
+
+    /// Waits until the listening connection has received every notification committed
+    /// before now (a client's own `NOTIFY` reaches it before the client's ReadyForQuery, as
+    /// directly). Returns at once when the pool has no listening connection.
+    pub async fn listener_caught_up(&self) {
+        let Some(cmd) = self.listeners().cmd.clone() else {
+            return;
+        };
+        let (tx, rx) = oneshot::channel();
+        if cmd.send(Cmd::CaughtUp(tx)).is_ok() {
+            let _ = rx.await;
         }
     }
 
@@ -158,7 +179,8 @@ impl Pool {
                         rbuf.clear();
                         on.clear();
                         conn = Some(c);
-                        let names = self.listeners().channels.names();
+                        let mut names = self.listeners().channels.names();
+                        names.insert(0, CAUGHT_UP.to_owned());
                         for name in names {
                             let c = conn.as_mut().expect("just opened");
                             match self.exec(c, &mut rbuf, "LISTEN", &name).await {
@@ -243,6 +265,11 @@ impl Pool {
                     }
                 }
             }
+            Cmd::CaughtUp(ack) => {
+                let caught_up = self.exec(c, rbuf, "NOTIFY", CAUGHT_UP).await;
+                let _ = ack.send(());
+                caught_up?;
+            }
             // Subscribed again meanwhile: still listened on.
             Cmd::Unlisten(name) if self.listeners().channels.has(&name) => {}
             Cmd::Unlisten(name) => {
@@ -309,6 +336,9 @@ impl Pool {
         let Some((_, channel, _)) = parse_notification(&msg[frame::HEADER_LEN..]) else {
             return;
         };
+        if channel == CAUGHT_UP.as_bytes() {
+            return;
+        }
         let st = self.listeners();
         let subscribers = st.channels.subscribers(channel);
         if subscribers.is_empty() {

@@ -6,6 +6,7 @@ use bytes::Buf;
 use super::error::ClientFault;
 use super::pass::Pass;
 use super::pin::state_refusal;
+use super::tracking::ExecuteKept;
 use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
 use crate::listen::Note;
 use crate::protocol::backend::{self, ErrorFields};
@@ -138,6 +139,22 @@ impl Relay {
                 self.on_unheld(tag, seen, total, io)?;
                 continue;
             };
+            if self.policy.tracking && self.policy.track_settings && tag == f::QUERY_TAG && whole {
+                match self.execute_kept(held, seen) {
+                    ExecuteKept::No => {}
+                    ExecuteKept::Wait => break,
+                    ExecuteKept::Failed => {
+                        self.drop_client(seen, total);
+                        backend::ready_for_query(&mut self.client.cout, self.batch.status);
+                        continue;
+                    }
+                    ExecuteKept::Rewritten(query) => {
+                        self.drop_client(seen, total);
+                        self.on_request(held, tag, &query, query.len(), io)?;
+                        continue;
+                    }
+                }
+            }
             // Handled in place (no split of the buffer per message): the buffer is lent out
             // for the call, which needs the relay mutably.
             let cbuf = std::mem::take(&mut self.client.cbuf);
@@ -202,6 +219,32 @@ impl Relay {
         backend::ready_for_query(out, backend::TX_IDLE);
     }
 
+    /// The client listens (or no longer does) through the pool's listening connection.
+    pub fn set_listening(&mut self, on: bool) {
+        self.client.listening = on;
+    }
+
+    /// Whether the client's texts mentioned `notify` since this was last asked (its
+    /// transaction may have sent a notification it listens for itself).
+    pub fn take_notified(&mut self) -> bool {
+        std::mem::take(&mut self.batch.notified)
+    }
+
+    /// Runs `deliver` (which adds notifications for the client) so that what it adds goes
+    /// out before a ReadyForQuery that ends the client's output now: PostgreSQL delivers a
+    /// transaction's own notifications before the ReadyForQuery that ends it.
+    pub fn before_ready(&mut self, deliver: impl FnOnce(&mut Relay)) {
+        let n = self.client.cout.len();
+        let ready =
+            n >= 6 && self.client.cout[n - 6..n - 1] == [backend::READY_FOR_QUERY_TAG, 0, 0, 0, 5];
+        if !ready {
+            return deliver(self);
+        }
+        let rfq = self.client.cout.split_off(n - 6);
+        deliver(self);
+        self.client.cout.unsplit(rfq);
+    }
+
     /// A notification from the pool's listening connection for this idle client, with its
     /// sender as the client knows it (`None`: the mark of a loss alone). `lost`:
     /// notifications meant for it were dropped (it is warned first).
@@ -210,7 +253,7 @@ impl Relay {
             crate::listen::lost_notice(&mut self.client.cout);
         }
         if let Some(note) = note {
-            let msg = note.bytes(|m| super::replies::renumbered(m, io));
+            let msg = note.bytes(|m, at| super::replies::renumbered(m, Some(at), io));
             self.client.cout.extend_from_slice(msg);
         }
     }
@@ -418,6 +461,12 @@ impl Relay {
         total: usize,
         io: &mut I,
     ) -> Result<bool, ClientFault> {
+        if self.client.listening
+            && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
+            && mentions_notify(msg)
+        {
+            self.batch.notified = true;
+        }
         if self.policy.session_state != StateRule::Forward {
             if tag == f::QUERY_TAG || tag == f::PARSE_TAG {
                 if self.on_state(srv, tag, msg, msg.len() == total) {
@@ -502,4 +551,13 @@ impl Relay {
             self.batch.retry.disable();
         }
     }
+}
+
+/// Whether a Query's or Parse's bytes mention `notify` in any case (`NOTIFY`, `pg_notify`, a
+/// function of the client's): read only for a client that listens.
+fn mentions_notify(msg: &[u8]) -> bool {
+    memchr::memchr2_iter(b'n', b'N', msg).any(|i| {
+        msg.get(i..i + 6)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"notify"))
+    })
 }

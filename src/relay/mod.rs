@@ -60,8 +60,10 @@ pub trait Io {
     fn offer_client(&mut self, bytes: &[u8]) -> usize;
     /// The process id a notification sent by server process `server_pid` carries to the
     /// client: the cancel key of the client that ran on that server (the only process ids a
-    /// client was ever told), or `server_pid` when no client did.
-    fn notifier(&mut self, server_pid: i32) -> i32 {
+    /// client was ever told), or `server_pid` when no client did. `arrived`: when the
+    /// notification was received (`None`: now), so its sender took the server before.
+    fn notifier(&mut self, server_pid: i32, arrived: Option<std::time::Instant>) -> i32 {
+        let _ = arrived;
         server_pid
     }
 }
@@ -117,6 +119,9 @@ struct ClientSide {
     log: Option<Box<track::Log>>,
     /// The `LISTEN`/`UNLISTEN` handed to the driver ([`Next::Subscribe`]).
     subscribe: Option<Box<Subscribe>>,
+    /// It listens through the pool's listening connection (its texts are checked for a
+    /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
+    listening: bool,
 }
 
 /// The batch in flight on the held server.
@@ -136,6 +141,11 @@ struct Batch {
     server_fatal: bool,
     /// The held server has the client's unnamed statement (parsed there since it was taken).
     unnamed_here: bool,
+    /// A statement was replayed for the simple Query's `EXECUTE` waiting in front: the
+    /// server stays until that Query has run.
+    execute_replay: bool,
+    /// A listening client's text since its server was taken mentioned `notify`.
+    notified: bool,
 }
 
 /// The clock reads the metrics need.

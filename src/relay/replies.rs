@@ -2,6 +2,8 @@
 //! expected-reply queue, the pooler's own answers are put in their place, and a
 //! ReadyForQuery with nothing left owed makes the server due for release.
 
+use std::time::Instant;
+
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::direct::Direct;
@@ -51,10 +53,11 @@ fn must_hold(tag: u8, total: usize) -> bool {
 }
 
 /// NotificationResponse `msg` with its sender's process id as the client knows it
-/// ([`Io::notifier`]), if that differs from the server's.
-pub(super) fn renumbered<I: Io>(msg: &[u8], io: &mut I) -> Option<Bytes> {
+/// ([`Io::notifier`]; `arrived`: when it was received, `None` for now), if that differs from
+/// the server's.
+pub(super) fn renumbered<I: Io>(msg: &[u8], arrived: Option<Instant>, io: &mut I) -> Option<Bytes> {
     let (pid, _, _) = crate::listen::parse_notification(&msg[frame::HEADER_LEN..])?;
-    let to = io.notifier(pid);
+    let to = io.notifier(pid, arrived);
     (to != pid).then(|| crate::listen::with_pid(msg, to))
 }
 
@@ -190,13 +193,15 @@ impl Relay {
                         }
                     }
                     // The sender as the client knows it: the key the pooler gave that client.
-                    None if tag == b::NOTIFICATION_RESPONSE_TAG => match renumbered(msg, io) {
-                        Some(m) => {
-                            direct.spill(&mut self.client.cout, buf);
-                            self.client.cout.extend_from_slice(&m);
+                    None if tag == b::NOTIFICATION_RESPONSE_TAG => {
+                        match renumbered(msg, None, io) {
+                            Some(m) => {
+                                direct.spill(&mut self.client.cout, buf);
+                                self.client.cout.extend_from_slice(&m);
+                            }
+                            None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                         }
-                        None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
-                    },
+                    }
                     None => direct.pass_on(&mut self.client.cout, buf, at, at + total),
                 }
                 if step.ready {
@@ -396,7 +401,8 @@ impl Relay {
             // these can change.
             self.batch.release_due = self.batch.status == b::TX_IDLE
                 && !self.policy.is_session()
-                && self.client.pin.reason.is_none();
+                && self.client.pin.reason.is_none()
+                && !self.batch.execute_replay;
             self.batch.clean = true;
         }
     }

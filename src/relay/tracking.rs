@@ -12,6 +12,7 @@ use crate::protocol::frontend as f;
 use crate::protocol::{backend, sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
 use crate::session_state::detect::{effects, Effect};
+use crate::session_state::lex;
 
 const HELD: &str = "a message that needs a server is handled only while one is held";
 
@@ -173,6 +174,85 @@ impl Relay {
         backend::ready_for_query(&mut reply, self.batch.status);
         self.answer(srv, reply.freeze());
         true
+    }
+
+    /// `EXECUTE name [(args)]` as a whole simple Query (`pool.session_state: track`), where
+    /// `name` is a statement the client made with Parse: PostgreSQL runs it by that name (one
+    /// namespace for the two), while the server holds it under its `p<c>_` name, and maybe
+    /// not at all. Where it is missing it is replayed first, alone (its own Sync), and the
+    /// Query waits for the answer: a replay that fails has told the client why (as the
+    /// EXECUTE would have directly) and the Query is only answered with ReadyForQuery. Then
+    /// the Query goes on with the server's name in place of the client's.
+    pub(super) fn execute_kept(&mut self, srv: &mut ServerState, seen: usize) -> ExecuteKept {
+        let msg = &self.client.cbuf[..seen];
+        // Cheap first: a text that does not begin with the word's first letter (or blank
+        // space, or a comment) is not read.
+        if !matches!(
+            msg.get(HEADER_LEN),
+            Some(b'e' | b'E' | b' ' | b'\t' | b'\n' | b'\r' | b'/' | b'-')
+        ) {
+            return ExecuteKept::No;
+        }
+        if !srv.replies.is_empty() {
+            // Its own replay still being answered, or (anything else owed) the server
+            // answers as it would.
+            return if self.batch.execute_replay {
+                ExecuteKept::Wait
+            } else {
+                ExecuteKept::No
+            };
+        }
+        if self.batch.status == backend::TX_FAILED {
+            // A replay that failed in a block failed the block, as the EXECUTE would have.
+            return if std::mem::take(&mut self.batch.execute_replay) {
+                ExecuteKept::Failed
+            } else {
+                ExecuteKept::No
+            };
+        }
+        let Ok(sql) = f::query_text(msg) else {
+            return ExecuteKept::No;
+        };
+        let mut found = Vec::new();
+        effects(sql, &mut found);
+        let [(0, Effect::Execute { name })] = found.as_slice() else {
+            return ExecuteKept::No;
+        };
+        let sql_prepared = self
+            .client
+            .log
+            .as_ref()
+            .is_some_and(|l| l.sql_prepared(name));
+        let (Some(kept), false) = (self.statements.get(name.as_bytes()).cloned(), sql_prepared)
+        else {
+            return ExecuteKept::No;
+        };
+        let Some((start, end)) = execute_name_span(sql) else {
+            return ExecuteKept::No;
+        };
+        let replayed = std::mem::take(&mut self.batch.execute_replay);
+        if srv.statements.presence(&kept.server_name, kept.id) != prepared::Presence::Present {
+            if replayed {
+                // The server stays or goes as the ReadyForQuery before said.
+                self.batch.release_due = self.batch.status == backend::TX_IDLE
+                    && !self.policy.is_session()
+                    && self.client.pin.reason.is_none();
+                return ExecuteKept::Failed;
+            }
+            self.replay_if_missing(srv, &kept, name.as_bytes());
+            f::sync(&mut self.sout);
+            owe_on(srv, &mut self.statements, Owed::Internal);
+            self.batch.execute_replay = true;
+            return ExecuteKept::Wait;
+        }
+        let mut query = BytesMut::with_capacity(msg.len() + kept.server_name.len());
+        let at = begin(&mut query, f::QUERY_TAG);
+        query.put_slice(&sql[..start]);
+        query.put_slice(&kept.server_name);
+        query.put_slice(&sql[end..]);
+        query.put_u8(0);
+        finish(&mut query, at);
+        ExecuteKept::Rewritten(query)
     }
 
     fn tracked_parse<I: Io>(
@@ -467,6 +547,34 @@ impl Relay {
         }
         self.events.client_prepares(self.id, client_name, srv.id);
     }
+}
+
+/// What [`Relay::execute_kept`] made of a simple Query.
+pub(super) enum ExecuteKept {
+    /// Not an `EXECUTE` of a statement made with Parse: handled as any Query.
+    No,
+    /// The statement is being replayed: the Query waits for the answer.
+    Wait,
+    /// The replay failed (the client has its error): the Query is answered with
+    /// ReadyForQuery alone.
+    Failed,
+    /// The Query to send in its place.
+    Rewritten(BytesMut),
+}
+
+/// Where the statement name of `EXECUTE name ...` (the statement's second token, quotes
+/// included) lies in `sql`.
+fn execute_name_span(sql: &[u8]) -> Option<(usize, usize)> {
+    let stmt = lex::statements(sql).next()?;
+    let mut t = lex::Tokens::new(stmt);
+    let _ = t.next()?;
+    let (quoted, text) = match t.next()? {
+        lex::Token::Word(w) => (0, w),
+        lex::Token::Quoted(q) => (1, q),
+        _ => return None,
+    };
+    let start = (text.as_ptr() as usize).checked_sub(sql.as_ptr() as usize)?;
+    Some((start - quoted, start + text.len() + quoted))
 }
 
 /// A server ErrorResponse that names a renamed statement (`"p<c>_name"`) is rewritten to the

@@ -85,11 +85,16 @@ async fn listeners_hold_no_server_and_hear_only_their_channels() {
     assert!(l2.silent_for(Duration::from_millis(100)).await);
 
     // After UNLISTEN, nothing more for l2; l1 still hears, its own NOTIFY too (with its own
-    // key, as a direct session hears itself).
+    // key, as a direct session hears itself, before the NOTIFY's ReadyForQuery).
     let f = l2.query("UNLISTEN ch").await;
     assert_eq!(tags(&f), "CZ");
-    ok(&mut l1, "NOTIFY ch, 'self'").await;
-    assert_eq!(next_note(&mut l1).await, (k1.0, "ch".into(), "self".into()));
+    let f = l1.query("NOTIFY ch, 'self'").await;
+    assert_eq!(
+        tags(&f),
+        "CAZ",
+        "its own notification before its ReadyForQuery"
+    );
+    assert_eq!(note(&f[1]), (k1.0, "ch".into(), "self".into()));
     assert!(l2.silent_for(Duration::from_millis(300)).await);
 
     // A listener that runs transactions gets notifications between them, and meanwhile the
@@ -220,4 +225,79 @@ async fn a_lost_listening_connection_is_reopened_and_its_clients_warned() {
         }
     }
     assert!(heard, "notifications flow again after the reopen");
+}
+
+/// A client's own `NOTIFY` on a channel it listens on: PostgreSQL delivers the notification
+/// before the ReadyForQuery of the `NOTIFY` (libpq's `PQnotifies` right after `PQexec`
+/// relies on it; psycopg's own test does). Through the pooler it must be the same, though
+/// the notification comes through the pool's listening connection: each reply is compared
+/// with direct, message by message, over several rounds (an ordering left to chance would
+/// show). Another client's notification committed before it comes first, as directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_own_notification_comes_before_the_ready_for_query() {
+    let db = "ls_own";
+    let p = start(db);
+    let pg = support::shared();
+    for port in [pg.port, p.port()] {
+        let (mut c, key) = Raw::connect_keyed(port, USER, db).await;
+        let mut other = Raw::connect(port, USER, db).await;
+        ok(&mut c, "LISTEN foo").await;
+        ok(&mut c, "LISTEN bar").await;
+        for round in 0..20 {
+            for (channel, payload) in [("foo", "1"), ("bar", "2"), ("foo", "3")] {
+                let f = c.query(&format!("NOTIFY {channel}, '{payload}'")).await;
+                assert_eq!(tags(&f), "CAZ", "port {port} round {round}");
+                let (pid, ch, pl) = note(&f[1]);
+                assert_eq!((ch.as_str(), pl.as_str()), (channel, payload));
+                if port == p.port() {
+                    assert_eq!(pid, key.0, "the key the pooler gave the client");
+                }
+            }
+            // Another client's, committed before the client's own: both before its
+            // ReadyForQuery, in commit order.
+            ok(&mut other, "NOTIFY bar, 'other'").await;
+            let f = c.query("select pg_notify('foo', 'mine')").await;
+            let notes: Vec<_> = f.iter().filter(|f| f.tag == b'A').map(note).collect();
+            let payloads: Vec<&str> = notes.iter().map(|n| n.2.as_str()).collect();
+            assert_eq!(payloads, ["other", "mine"], "port {port} round {round}");
+            assert_eq!(f.last().map(|f| f.tag), Some(b'Z'));
+        }
+    }
+}
+
+/// A client that sends `NOTIFY` and quits right after the answer: its listeners still see
+/// the key the pooler gave it as the sender, not the server's process id (which no client
+/// was told). The listener is in a transaction meanwhile, so the notification is rendered for
+/// it only after the sender has gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departed_sender_is_still_named_by_its_key() {
+    let db = "ls_gone";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "pool:\n  size: 2\n  mode: transaction\n  session_state: track\nauth:\n  \
+         user_methods:\n    {USER}: trust\n"
+    );
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let mut l = Raw::connect(p.port(), USER, db).await;
+    ok(&mut l, "LISTEN gone").await;
+    for i in 0..5 {
+        ok(&mut l, "BEGIN").await;
+        let (mut s, ks) = Raw::connect_keyed(p.port(), USER, db).await;
+        ok(&mut s, &format!("NOTIFY gone, '{i}'")).await;
+        s.send(&[b'X', 0, 0, 0, 4]).await;
+        assert!(s.until_eof(5).await.is_some(), "the sender's session ended");
+        // Its slot is gone once the pooler has seen the Terminate: give it a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let f = l.query("COMMIT").await;
+        let mut notes: Vec<_> = f.iter().filter(|f| f.tag == b'A').map(note).collect();
+        if notes.is_empty() {
+            notes.push(next_note(&mut l).await);
+        }
+        assert_eq!(
+            notes,
+            [(ks.0, "gone".to_owned(), i.to_string())],
+            "round {i}"
+        );
+    }
 }

@@ -322,3 +322,98 @@ async fn sql_deallocate_of_a_protocol_statement() {
     );
     assert_eq!(seen[1], seen[0], "through the pooler, as directly");
 }
+
+/// SQL `EXECUTE name` of a statement the client made with Parse (asyncpg's
+/// `prepare(name=...)` then `EXECUTE`) does what it does directly, with `--track-prepared`:
+/// it runs on a server that has the statement, and on one that lacks it (replayed first); a
+/// replay that fails (its table dropped) answers the one error the EXECUTE gets directly,
+/// outside and inside a block. Another client holds the server the client just used, so its
+/// next transaction runs elsewhere (the backend pid is asserted to change). Each step's
+/// messages, SQLSTATEs and values must be the same as directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_execute_of_a_protocol_statement() {
+    let db = "tr_execute";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "pool:\n  size: 2\n  mode: transaction\n  track_prepared: true\n  \
+         session_state: track\nauth:\n  user_methods:\n    {USER}: trust\n"
+    );
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    // (own step, or the other client's) in order.
+    let steps: Vec<(bool, Vec<u8>)> = vec![
+        (true, batch(&[parse("ps_x", "select 41 + 1"), sync()])),
+        (true, query("EXECUTE ps_x").to_vec()),
+        (false, query("BEGIN").to_vec()),
+        (true, query(" /* moved */ execute \"ps_x\"").to_vec()),
+        (false, query("ROLLBACK").to_vec()),
+        (true, batch(&[parse("ps_y", "select $1::int + 1"), sync()])),
+        (true, query("EXECUTE ps_y(41)").to_vec()),
+        (true, query("EXECUTE ps_nope").to_vec()),
+        (true, query("create table ex_t(a int)").to_vec()),
+        (
+            true,
+            batch(&[parse("ps_t", "select count(*) from ex_t"), sync()]),
+        ),
+        (true, query("EXECUTE ps_t").to_vec()),
+        (true, query("drop table ex_t").to_vec()),
+        (false, query("BEGIN").to_vec()),
+        (true, query("EXECUTE ps_t").to_vec()),
+        (true, query("EXECUTE ps_x").to_vec()),
+        (false, query("ROLLBACK").to_vec()),
+        (true, query("create table ex_u(a int)").to_vec()),
+        (
+            true,
+            batch(&[parse("ps_u", "select count(*) from ex_u"), sync()]),
+        ),
+        (true, query("drop table ex_u").to_vec()),
+        (false, query("BEGIN").to_vec()),
+        (true, query("BEGIN").to_vec()),
+        (true, query("EXECUTE ps_u").to_vec()),
+        (true, query("select 1").to_vec()),
+        (true, query("ROLLBACK").to_vec()),
+        (false, query("ROLLBACK").to_vec()),
+        (true, query("EXECUTE ps_x").to_vec()),
+    ];
+    let mut seen = Vec::new();
+    let mut pids = Vec::new();
+    for port in [pg.port, p.port()] {
+        let mut own = Raw::connect(port, USER, db).await;
+        let mut other = Raw::connect(port, USER, db).await;
+        let mut run = Vec::new();
+        let mut own_pids = Vec::new();
+        for (mine, step) in &steps {
+            let c = if *mine { &mut own } else { &mut other };
+            c.send(step).await;
+            let frames = c.until_ready().await;
+            let codes: Vec<String> = frames
+                .iter()
+                .filter(|f| f.tag == b'E')
+                .map(crate::support::raw::sqlstate)
+                .collect();
+            let values: Vec<String> = frames
+                .iter()
+                .filter(|f| f.tag == b'D')
+                .filter_map(first_col)
+                .collect();
+            let status = frames.last().map(|f| f.body()[0]);
+            run.push((tags(&frames), codes, values, status));
+            if *mine && status == Some(b'I') {
+                own_pids.push(raw_one(&mut own, "select pg_backend_pid()").await);
+            }
+        }
+        seen.push(run);
+        pids.push(own_pids);
+    }
+    assert_eq!(seen[0][1].2, vec!["42".to_owned()], "direct");
+    assert_eq!(seen[0][7].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(seen[0][13].1, vec!["42P01".to_owned()], "direct");
+    assert_eq!(seen[0][21].1, vec!["42P01".to_owned()], "direct");
+    assert_eq!(seen[0][22].1, vec!["25P02".to_owned()], "direct");
+    assert_eq!(seen[1], seen[0], "through the pooler, as directly");
+    // Through the pooler the client really ran on two servers.
+    let mut distinct = pids[1].clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() > 1, "one server only: {:?}", pids[1]);
+}
