@@ -19,6 +19,9 @@ pub struct Kept {
     pub parse: Bytes,
     /// A server has answered this Parse with ParseComplete.
     pub confirmed: AtomicBool,
+    /// The client's name of the statement this one's text runs (`EXECUTE name`): the server
+    /// must hold that one too when this one is used.
+    pub needs: Option<Bytes>,
 }
 
 impl Kept {
@@ -61,7 +64,12 @@ impl ClientStatements {
 
     /// Keeps a statement made from a Parse; `rename` gives its server name and renamed Parse
     /// from its id. A statement it replaces is remembered until the Parse is settled.
-    pub fn insert(&mut self, name: Bytes, rename: impl FnOnce(u64) -> (Bytes, Bytes)) -> Arc<Kept> {
+    pub fn insert(
+        &mut self,
+        name: Bytes,
+        needs: Option<Bytes>,
+        rename: impl FnOnce(u64) -> (Bytes, Bytes),
+    ) -> Arc<Kept> {
         self.next_id += 1;
         let id = self.next_id;
         let (server_name, parse) = rename(id);
@@ -70,6 +78,7 @@ impl ClientStatements {
             server_name,
             parse,
             confirmed: AtomicBool::new(false),
+            needs,
         });
         if let Some(old) = self.map.insert(name, kept.clone()) {
             self.replaced.push((id, Some(old)));
@@ -393,7 +402,7 @@ mod tests {
     use super::*;
 
     fn named(s: &mut ClientStatements, name: &str) -> Arc<Kept> {
-        s.insert(Bytes::copy_from_slice(name.as_bytes()), |id| {
+        s.insert(Bytes::copy_from_slice(name.as_bytes()), None, |id| {
             (format!("p1_{name}_{id}").into(), Bytes::new())
         })
     }
@@ -507,11 +516,11 @@ mod tests {
         // Parse a (made), then in one batch: an error, Close a, Parse a, Parse a: all skipped.
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"a", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"a"), rename);
+        let a = c.insert(Bytes::from_static(b"a"), None, rename);
         c.confirm(b"a", a.id);
         let closed = c.remove(b"a").unwrap();
-        let second = c.insert(Bytes::from_static(b"a"), rename);
-        let third = c.insert(Bytes::from_static(b"a"), rename);
+        let second = c.insert(Bytes::from_static(b"a"), None, rename);
+        let third = c.insert(Bytes::from_static(b"a"), None, rename);
         c.restore(b"a", closed);
         c.reject(b"a", second.id);
         c.reject(b"a", third.id);
@@ -522,16 +531,16 @@ mod tests {
     fn replaced_statement_comes_back_when_its_successor_fails() {
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"p", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"p"), rename);
+        let a = c.insert(Bytes::from_static(b"p"), None, rename);
         assert_eq!(&a.server_name[..], b"p2_p");
         c.confirm(b"p", a.id);
         assert!(a.is_confirmed());
-        let b = c.insert(Bytes::from_static(b"p"), rename);
+        let b = c.insert(Bytes::from_static(b"p"), None, rename);
         assert_ne!(a.id, b.id);
         assert_eq!(c.reject(b"p", b.id).map(|k| k.id), Some(a.id));
         assert_eq!(c.get(b"p").map(|k| k.id), Some(a.id));
         let before = c.next_id();
-        let d = c.insert(Bytes::from_static(b"q"), rename);
+        let d = c.insert(Bytes::from_static(b"q"), None, rename);
         c.drop_older_than(before);
         assert!(c.get(b"p").is_none());
         assert_eq!(c.get(b"q").map(|k| k.id), Some(d.id));

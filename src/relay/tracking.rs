@@ -255,6 +255,51 @@ impl Relay {
         ExecuteKept::Rewritten(query)
     }
 
+    /// A Parse whose text is `EXECUTE name ...` of a statement the client made with Parse
+    /// (`pool.session_state: track`; asyncpg runs `EXECUTE` so): the Parse with the server's
+    /// name in the text, and that statement's client name (the server must hold it wherever
+    /// this one is used). `None` for any other Parse: the first byte of the text rules out
+    /// almost all of them.
+    fn execute_parse(&self, msg: &[u8], span: f::NameSpan) -> Option<(BytesMut, Bytes)> {
+        let text_at = span.start + span.len + 1;
+        if !self.policy.track_settings
+            || !matches!(
+                msg.get(text_at),
+                Some(b'e' | b'E' | b' ' | b'\t' | b'\n' | b'\r' | b'/' | b'-')
+            )
+        {
+            return None;
+        }
+        let rest = &msg[text_at..];
+        let end = memchr::memchr(0, rest)?;
+        let sql = &rest[..end];
+        let mut found = Vec::new();
+        effects(sql, &mut found);
+        let [(0, Effect::Execute { name })] = found.as_slice() else {
+            return None;
+        };
+        if name.as_bytes() == span.get(msg)
+            || self
+                .client
+                .log
+                .as_ref()
+                .is_some_and(|l| l.sql_prepared(name))
+        {
+            return None;
+        }
+        let kept = self.statements.get(name.as_bytes())?;
+        let (start, stop) = execute_name_span(sql)?;
+        let mut out = BytesMut::with_capacity(msg.len() + kept.server_name.len());
+        let at = begin(&mut out, f::PARSE_TAG);
+        out.put_slice(&msg[HEADER_LEN..text_at]);
+        out.put_slice(&sql[..start]);
+        out.put_slice(&kept.server_name);
+        out.put_slice(&sql[stop..]);
+        out.put_slice(&rest[end..]);
+        finish(&mut out, at);
+        Some((out, Bytes::copy_from_slice(name.as_bytes())))
+    }
+
     fn tracked_parse<I: Io>(
         &mut self,
         mut srv: Option<&mut ServerState>,
@@ -262,6 +307,16 @@ impl Relay {
         io: &mut I,
     ) -> Result<(), ClientFault> {
         let span = f::parse_statement(msg)?;
+        let rewritten = self.execute_parse(msg, span);
+        let (msg, needs) = match &rewritten {
+            Some((m, dep)) => (&m[..], Some(dep.clone())),
+            None => (msg, None),
+        };
+        if let (Some(dep), Some(held)) = (&needs, srv.as_deref_mut()) {
+            if let Some(d) = self.statements.get(dep).cloned() {
+                self.replay_if_missing(held, &d, dep);
+            }
+        }
         if span.len == 0 {
             // Copied into the same buffer each time: no allocation once it has grown.
             let kept = self.unnamed.get_or_insert_with(Box::default);
@@ -325,7 +380,7 @@ impl Relay {
             same_name = Some(existing.server_name.clone());
         }
         let client = self.id;
-        let kept = self.statements.insert(name.clone(), |id| {
+        let kept = self.statements.insert(name.clone(), needs, |id| {
             let server_name = same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
             let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
             f::write_renamed(&mut renamed, msg, span, &server_name);
@@ -371,6 +426,11 @@ impl Relay {
             return false;
         };
         let srv = srv.expect(HELD);
+        if let Some(dep) = &kept.needs {
+            if let Some(d) = self.statements.get(dep).cloned() {
+                self.replay_if_missing(srv, &d, dep);
+            }
+        }
         self.replay_if_missing(srv, &kept, name);
         let start = self.sout.len();
         if msg.len() < total {

@@ -374,6 +374,30 @@ async fn sql_execute_of_a_protocol_statement() {
         (true, query("ROLLBACK").to_vec()),
         (false, query("ROLLBACK").to_vec()),
         (true, query("EXECUTE ps_x").to_vec()),
+        // Extended protocol: a statement whose text is the EXECUTE (asyncpg's way), used in
+        // the same batch and, later, on another server (both statements replayed there).
+        (
+            true,
+            batch(&[
+                parse("ps_z", "select 6 * 7"),
+                parse("ps_e", "EXECUTE ps_z"),
+                bind("", "ps_e", &[]),
+                execute(""),
+                sync(),
+            ]),
+        ),
+        (false, query("BEGIN").to_vec()),
+        (true, batch(&[bind("", "ps_e", &[]), execute(""), sync()])),
+        (false, query("ROLLBACK").to_vec()),
+        (
+            true,
+            batch(&[
+                parse("", "execute ps_y(1)"),
+                bind("", "", &[]),
+                execute(""),
+                sync(),
+            ]),
+        ),
     ];
     let mut seen = Vec::new();
     let mut pids = Vec::new();
@@ -410,6 +434,9 @@ async fn sql_execute_of_a_protocol_statement() {
     assert_eq!(seen[0][13].1, vec!["42P01".to_owned()], "direct");
     assert_eq!(seen[0][21].1, vec!["42P01".to_owned()], "direct");
     assert_eq!(seen[0][22].1, vec!["25P02".to_owned()], "direct");
+    assert_eq!(seen[0][26].2, vec!["42".to_owned()], "direct");
+    assert_eq!(seen[0][28].2, vec!["42".to_owned()], "direct");
+    assert_eq!(seen[0][30].2, vec!["2".to_owned()], "direct");
     assert_eq!(seen[1], seen[0], "through the pooler, as directly");
     // Through the pooler the client really ran on two servers.
     let mut distinct = pids[1].clone();
