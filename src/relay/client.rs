@@ -15,10 +15,31 @@ use crate::protocol::{frame, sqlstate};
 use crate::server::{Owed, Request, ServerState};
 use crate::session_state::detect::{subscription as lone_subscription, Effect};
 
+/// Whether a Query text beginning with byte `b` may be a `DEALLOCATE`, `EXECUTE`, `LISTEN`
+/// or `UNLISTEN` (or begins with a blank or a comment): every other text skips those looks.
+#[inline(always)]
+fn may_begin_hooked(b: u8) -> bool {
+    matches!(
+        b,
+        b'd' | b'D'
+            | b'e'
+            | b'E'
+            | b'l'
+            | b'L'
+            | b'u'
+            | b'U'
+            | b' '
+            | b'\t'
+            | b'\n'
+            | b'\r'
+            | b'/'
+            | b'-'
+    )
+}
+
 /// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
 fn subscription(msg: &[u8]) -> Option<Subscribe> {
-    // Cheap first (every Query of a client holding no server comes here): a text that
-    // begins with neither word (nor a blank) is not scanned.
+    // A text that begins with neither word (nor a blank) is not scanned.
     match msg.get(frame::HEADER_LEN)? {
         b'l' | b'L' | b'u' | b'U' => {}
         b if b.is_ascii_whitespace() => {}
@@ -65,7 +86,7 @@ impl Relay {
             let Some((tag, len)) = frame::peek_header(&self.client.cbuf) else {
                 break;
             };
-            let total = frame::checked_total(len, f::LARGE_MESSAGE_LIMIT + frame::HEADER_LEN)?;
+            let mut total = frame::checked_total(len, f::LARGE_MESSAGE_LIMIT + frame::HEADER_LEN)?;
             if f::exceeds_small_limit(tag, total) {
                 return Err(ClientFault::Length { len, tag });
             }
@@ -80,7 +101,7 @@ impl Relay {
                 }
                 break;
             }
-            let seen = if whole { total } else { self.client.cbuf.len() };
+            let mut seen = if whole { total } else { self.client.cbuf.len() };
             if tag == f::TERMINATE_TAG {
                 return Ok(Next::Quit);
             }
@@ -106,12 +127,18 @@ impl Relay {
             if self.policy.tracking && self.fate_waits(srv.as_deref(), tag, seen) {
                 break;
             }
-            if self.policy.tracking
-                && self.policy.track_settings
+            // A whole Query the pooler may answer or rewrite under `track` (`DEALLOCATE` or
+            // `EXECUTE` of a statement made with Parse, a lone `LISTEN`/`UNLISTEN`): only a
+            // text whose first byte could begin one is read further.
+            let hooked = self.policy.track_settings
                 && tag == f::QUERY_TAG
                 && whole
-                && self.deallocate_kept(srv.as_deref_mut(), seen)
-            {
+                && self
+                    .client
+                    .cbuf
+                    .get(frame::HEADER_LEN)
+                    .is_some_and(|&b| may_begin_hooked(b));
+            if hooked && self.policy.tracking && self.deallocate_kept(srv.as_deref_mut(), seen) {
                 self.drop_client(seen, total);
                 continue;
             }
@@ -126,7 +153,7 @@ impl Relay {
                         continue;
                     }
                 }
-                if self.policy.track_settings && tag == f::QUERY_TAG && whole {
+                if hooked {
                     if let Some(sub) = subscription(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
                         self.client.subscribe = Some(Box::new(sub));
@@ -139,7 +166,7 @@ impl Relay {
                 self.on_unheld(tag, seen, total, io)?;
                 continue;
             };
-            if self.policy.tracking && self.policy.track_settings && tag == f::QUERY_TAG && whole {
+            if hooked && self.policy.tracking {
                 match self.execute_kept(held, seen) {
                     ExecuteKept::No => {}
                     ExecuteKept::Wait => break,
@@ -149,9 +176,11 @@ impl Relay {
                         continue;
                     }
                     ExecuteKept::Rewritten(query) => {
-                        self.drop_client(seen, total);
-                        self.on_request(held, tag, &query, query.len(), io)?;
-                        continue;
+                        // In the client's place, handled as it would have been.
+                        let rest = self.client.cbuf.split_off(seen);
+                        (seen, total) = (query.len(), query.len());
+                        self.client.cbuf = query;
+                        self.client.cbuf.unsplit(rest);
                     }
                 }
             }
@@ -469,7 +498,8 @@ impl Relay {
         }
         if self.policy.session_state != StateRule::Forward {
             if tag == f::QUERY_TAG || tag == f::PARSE_TAG {
-                if self.on_state(srv, tag, msg, msg.len() == total) {
+                let whole = msg.len() == total;
+                if !self.plain_query(tag, msg, whole) && self.on_state(srv, tag, msg, whole) {
                     return Ok(false);
                 }
             } else if self.client.log.is_some() {

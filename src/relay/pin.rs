@@ -12,7 +12,7 @@ use crate::protocol::frame::{self, HEADER_LEN};
 use crate::protocol::frontend as f;
 use crate::protocol::sqlstate;
 use crate::server::ServerState;
-use crate::session_state::detect::{effects, Discard, Effect, PinReason};
+use crate::session_state::detect::{effects, plainly_nothing, Discard, Effect, PinReason};
 use crate::session_state::settings::changes_privileges;
 
 /// The longest Parse text a server remembers as making no session state.
@@ -239,6 +239,19 @@ impl Relay {
     /// state: follows its settings (`track`), pins the client (transaction mode) or refuses
     /// the message (statement mode). `whole`: `msg` is all of the message. Returns whether
     /// it was refused (then it is not sent).
+    /// The usual whole Query (a plain `SELECT`) of a client with no session state in play:
+    /// nothing for [`Relay::on_state`] to do, settled here without calling it.
+    #[inline(always)]
+    pub(super) fn plain_query(&self, tag: u8, msg: &[u8], whole: bool) -> bool {
+        tag == f::QUERY_TAG
+            && whole
+            && self.client.log.is_none()
+            && !self.client.pin.has_pending()
+            && msg
+                .get(HEADER_LEN..msg.len().saturating_sub(1))
+                .is_some_and(plainly_nothing)
+    }
+
     pub(super) fn on_state(
         &mut self,
         srv: &mut ServerState,

@@ -107,7 +107,7 @@ pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
 /// The usual query, settled in one pass over its text, eight bytes at a time: a `SELECT` with
 /// no `;` but a last one (one statement, whatever its quotes hold), no `(` (no function
 /// call) and no `INTO` makes no session state. Anything else is read in full.
-fn plainly_nothing(sql: &[u8]) -> bool {
+pub fn plainly_nothing(sql: &[u8]) -> bool {
     // `select` and a blank, without case, from one load.
     let Some(head) = sql.get(..7) else {
         return false;

@@ -285,6 +285,21 @@ fn the_quick_paths_agree_with_the_lexer() {
     // The one-pass path: a last `;`, and what sends a SELECT on to the full reading.
     assert!(plainly_nothing(b"SELECT abalance FROM a WHERE aid = 7;  "));
     assert!(plainly_nothing(b"select 1"));
+    // Whatever falls in the last, padded, bytes counts as in the full ones.
+    for n in 0..20 {
+        let pad = "x".repeat(n);
+        assert!(!plainly_nothing(format!("select {pad}(").as_bytes()), "{n}");
+        assert!(
+            !plainly_nothing(format!("select {pad};x").as_bytes()),
+            "{n}"
+        );
+        assert!(
+            !plainly_nothing(format!("select {pad} INTO temp t").as_bytes()),
+            "{n}"
+        );
+        assert!(plainly_nothing(format!("select {pad};").as_bytes()), "{n}");
+        assert!(plainly_nothing(format!("select {pad} a").as_bytes()), "{n}");
+    }
     assert!(plainly_nothing(
         b"Select\ta FROM b WHERE c = 'it''s' -- no\n"
     ));
