@@ -10,7 +10,8 @@
 //! whether a column comes from a table), and the login.
 //!
 //! Clients run one after another on their own connection, in a database of their own
-//! (`model_check`, apart from the differential test's tables), emptied before each program.
+//! (`model_check`, and one for each of the other two tests, apart from the differential test's
+//! tables), emptied before each program.
 //!
 //! A third test runs what a pooler sends a server of its own accord (the settings sync through
 //! `set_config`, the role question, `DISCARD ALL`, the check query).
@@ -24,7 +25,6 @@
 //! `DROID_MODEL_SEEDS` sets how many seeds run (200), `DROID_MODEL_SEED` the first (0).
 //! `DROID_MODEL_KEEP_GOING=1` reports every failing seed instead of shrinking the first.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -37,7 +37,6 @@ use tokio::io::AsyncWriteExt;
 use crate::support::raw::Raw;
 use crate::support::{self, PgServer};
 
-const DB_NAME: &str = "model_check";
 const USER: &str = "droid";
 /// How long a client waits for a message PostgreSQL should send.
 const EXPECT: Duration = Duration::from_secs(10);
@@ -53,17 +52,10 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The database of this test, created once.
-fn database(pg: &PgServer) {
-    static CREATED: OnceLock<()> = OnceLock::new();
-    CREATED.get_or_init(|| {
-        let exists = pg.psql(&format!(
-            "select 1 from pg_database where datname = '{DB_NAME}'"
-        ));
-        if exists.trim().is_empty() {
-            pg.psql(&format!("create database {DB_NAME} owner {USER}"));
-        }
-    });
+/// A database of the test's own (each of the three has one: each empties the tables before
+/// every program, which would race with another's program in a shared one).
+fn database(pg: &PgServer, name: &str) {
+    crate::core::create_db(pg, name);
 }
 
 /// One message as the comparison sees it.
@@ -149,8 +141,8 @@ fn from_model(run: &DirectRun) -> Seen {
 
 /// Runs one client's program on a new connection to the real PostgreSQL. After a Flush-ended
 /// write it reads as many messages as the model sent, then waits a moment for more.
-async fn from_postgres(port: u16, client: &ClientProgram, model: &DirectRun) -> Seen {
-    let mut raw = Raw::connect(port, USER, DB_NAME).await;
+async fn from_postgres(port: u16, db: &str, client: &ClientProgram, model: &DirectRun) -> Seen {
+    let mut raw = Raw::connect(port, USER, db).await;
     let mut seen = Seen::default();
     let mut flushes = model.after_flush.iter();
     for w in &client.writes {
@@ -196,7 +188,7 @@ async fn from_postgres(port: u16, client: &ClientProgram, model: &DirectRun) -> 
 }
 
 /// Runs `program` both ways; the first client whose messages differ, described.
-async fn compare(pg: &PgServer, admin: &mut Raw, program: &Program) -> Option<String> {
+async fn compare(pg: &PgServer, db: &str, admin: &mut Raw, program: &Program) -> Option<String> {
     let mut reset = String::new();
     for t in program::tables(4) {
         reset += &format!("create table if not exists {t} (n int); truncate {t};");
@@ -205,7 +197,7 @@ async fn compare(pg: &PgServer, admin: &mut Raw, program: &Program) -> Option<St
     admin.until_ready().await;
     let model = direct::run_program(program);
     for (c, (client, run)) in program.clients.iter().zip(&model).enumerate() {
-        let want = from_postgres(pg.port, client, run).await;
+        let want = from_postgres(pg.port, db, client, run).await;
         let got = from_model(run);
         if want != got {
             return Some(format!("client {c}: {}", difference(&want, &got)));
@@ -259,18 +251,19 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Generated programs: the model answers as PostgreSQL does.
 #[test]
 fn model_matches_postgresql() {
+    const DB: &str = "model_check";
     let pg = support::shared();
-    database(pg);
+    database(pg, DB);
     let rules = Rules::session(3);
     let first = env("DROID_MODEL_SEED", 0);
     let seeds = env("DROID_MODEL_SEEDS", 200);
     let keep_going = std::env::var("DROID_MODEL_KEEP_GOING").is_ok_and(|v| v == "1");
     let rt = runtime();
-    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB_NAME));
+    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB));
     let mut failures = Vec::new();
     for seed in first..first + seeds {
         let p = program::generate(seed, &rules);
-        let Some(diff) = rt.block_on(compare(pg, &mut admin, &p)) else {
+        let Some(diff) = rt.block_on(compare(pg, DB, &mut admin, &p)) else {
             continue;
         };
         if keep_going {
@@ -280,9 +273,11 @@ fn model_matches_postgresql() {
         let mut budget = SHRINK_BUDGET;
         let small = program::shrink(&p, &rules, |c| {
             budget = budget.saturating_sub(1);
-            budget > 0 && rt.block_on(compare(pg, &mut admin, c)).is_some()
+            budget > 0 && rt.block_on(compare(pg, DB, &mut admin, c)).is_some()
         });
-        let diff = rt.block_on(compare(pg, &mut admin, &small)).unwrap_or(diff);
+        let diff = rt
+            .block_on(compare(pg, DB, &mut admin, &small))
+            .unwrap_or(diff);
         panic!("seed {seed}: the model differs from PostgreSQL\n{diff}\nprogram: {small}");
     }
     assert!(
@@ -297,10 +292,11 @@ fn model_matches_postgresql() {
 /// reset and check queries. The model answers them as PostgreSQL does.
 #[test]
 fn model_matches_postgresql_on_pooler_statements() {
+    const DB: &str = "model_check_pooler";
     let pg = support::shared();
-    database(pg);
+    database(pg, DB);
     let rt = runtime();
-    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB_NAME));
+    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB));
     let queries = [
         "SELECT pg_catalog.set_config(E'application_name', E'a''b\\\\', false), \
          pg_catalog.set_config(E'extra_float_digits', E'2', false)",
@@ -322,7 +318,7 @@ fn model_matches_postgresql_on_pooler_statements() {
             writes: queries.iter().map(|q| write(q)).collect(),
         }],
     };
-    if let Some(diff) = rt.block_on(compare(pg, &mut admin, &p)) {
+    if let Some(diff) = rt.block_on(compare(pg, DB, &mut admin, &p)) {
         panic!("{diff}\nprogram: {p}");
     }
 }
@@ -330,10 +326,11 @@ fn model_matches_postgresql_on_pooler_statements() {
 /// The differential test's recorded cases: the model answers them as PostgreSQL does.
 #[test]
 fn model_matches_postgresql_on_recorded_cases() {
+    const DB: &str = "model_check_cases";
     let pg = support::shared();
-    database(pg);
+    database(pg, DB);
     let rt = runtime();
-    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB_NAME));
+    let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB));
     let cases = [
         include_str!("differential/regressions.jsonl"),
         include_str!("differential/open.jsonl"),
@@ -348,7 +345,7 @@ fn model_matches_postgresql_on_recorded_cases() {
             program: Program,
         }
         let case: Case = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        if let Some(diff) = rt.block_on(compare(pg, &mut admin, &case.program)) {
+        if let Some(diff) = rt.block_on(compare(pg, DB, &mut admin, &case.program)) {
             panic!("recorded case {n}: {diff}\nprogram: {}", case.program);
         }
         n += 1;
