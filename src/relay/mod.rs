@@ -62,8 +62,7 @@ pub trait Io {
     /// client: the cancel key of the client that ran on that server (the only process ids a
     /// client was ever told), or `server_pid` when no client did. `arrived`: when the
     /// notification was received (`None`: now), so its sender took the server before.
-    fn notifier(&mut self, server_pid: i32, arrived: Option<std::time::Instant>) -> i32 {
-        let _ = arrived;
+    fn notifier(&mut self, server_pid: i32, _arrived: Option<std::time::Instant>) -> i32 {
         server_pid
     }
 }

@@ -235,10 +235,6 @@ fn refusal(pin: Pin, track: bool) -> Option<ErrorFields> {
 }
 
 impl Relay {
-    /// A Query or Parse on held server `srv` under a policy that reads statements for session
-    /// state: follows its settings (`track`), pins the client (transaction mode) or refuses
-    /// the message (statement mode). `whole`: `msg` is all of the message. Returns whether
-    /// it was refused (then it is not sent).
     /// The usual whole Query (a plain `SELECT`) of a client with no session state in play:
     /// nothing for [`Relay::on_state`] to do, settled here without calling it.
     #[inline(always)]
@@ -252,6 +248,10 @@ impl Relay {
                 .is_some_and(plainly_nothing)
     }
 
+    /// A Query or Parse on held server `srv` under a policy that reads statements for session
+    /// state: follows its settings (`track`), pins the client (transaction mode) or refuses
+    /// the message (statement mode). `whole`: `msg` is all of the message. Returns whether
+    /// it was refused (then it is not sent).
     pub(super) fn on_state(
         &mut self,
         srv: &mut ServerState,

@@ -399,12 +399,17 @@ impl Relay {
             }
             // Decided once, here: until something more is sent (which clears it) none of
             // these can change.
-            self.batch.release_due = self.batch.status == b::TX_IDLE
-                && !self.policy.is_session()
-                && self.client.pin.reason.is_none()
-                && !self.batch.execute_replay;
+            self.batch.release_due = self.may_release() && !self.batch.execute_replay;
             self.batch.clean = true;
         }
+    }
+
+    /// Whether the client's transaction is over as far as the last ReadyForQuery, the mode
+    /// and the pin say (its server may go back once nothing more is owed).
+    pub(super) fn may_release(&self) -> bool {
+        self.batch.status == b::TX_IDLE
+            && !self.policy.is_session()
+            && self.client.pin.reason.is_none()
     }
 
     /// Statement mode: a statement left a transaction open. Roll it back and tell the client.

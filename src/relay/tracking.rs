@@ -2,6 +2,8 @@
 //! statements are renamed `p<c>_<name>` on servers, replayed where missing, and unknown or
 //! duplicate names are answered by the pooler (26000 / 42P05).
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::ClientFault;
@@ -213,33 +215,18 @@ impl Relay {
         let Ok(sql) = f::query_text(msg) else {
             return ExecuteKept::No;
         };
-        let mut found = Vec::new();
-        effects(sql, &mut found);
-        let [(0, Effect::Execute { name })] = found.as_slice() else {
-            return ExecuteKept::No;
-        };
-        let sql_prepared = self
-            .client
-            .log
-            .as_ref()
-            .is_some_and(|l| l.sql_prepared(name));
-        let (Some(kept), false) = (self.statements.get(name.as_bytes()).cloned(), sql_prepared)
-        else {
-            return ExecuteKept::No;
-        };
-        let Some((start, end)) = execute_name_span(sql) else {
+        let Some(run) = self.executed(sql) else {
             return ExecuteKept::No;
         };
         let replayed = std::mem::take(&mut self.batch.execute_replay);
+        let kept = run.kept.clone();
         if srv.statements.presence(&kept.server_name, kept.id) != prepared::Presence::Present {
             if replayed {
                 // The server stays or goes as the ReadyForQuery before said.
-                self.batch.release_due = self.batch.status == backend::TX_IDLE
-                    && !self.policy.is_session()
-                    && self.client.pin.reason.is_none();
+                self.batch.release_due = self.may_release();
                 return ExecuteKept::Failed;
             }
-            self.replay_if_missing(srv, &kept, name.as_bytes());
+            self.replay_if_missing(srv, &kept, &run.name);
             f::sync(&mut self.sout);
             owe_on(srv, &mut self.statements, Owed::Internal);
             self.batch.execute_replay = true;
@@ -247,12 +234,35 @@ impl Relay {
         }
         let mut query = BytesMut::with_capacity(msg.len() + kept.server_name.len());
         let at = begin(&mut query, f::QUERY_TAG);
-        query.put_slice(&sql[..start]);
-        query.put_slice(&kept.server_name);
-        query.put_slice(&sql[end..]);
+        run.write_renamed(&mut query, sql);
         query.put_u8(0);
         finish(&mut query, at);
         ExecuteKept::Rewritten(query)
+    }
+
+    /// The statement made with Parse that an `EXECUTE name ...` text runs, if that is what
+    /// `sql` is (one namespace: a name the client made with SQL `PREPARE` is not one).
+    fn executed(&self, sql: &[u8]) -> Option<Executed> {
+        let mut found = Vec::new();
+        effects(sql, &mut found);
+        let [(0, Effect::Execute { name })] = found.as_slice() else {
+            return None;
+        };
+        if self
+            .client
+            .log
+            .as_ref()
+            .is_some_and(|l| l.sql_prepared(name))
+        {
+            return None;
+        }
+        let kept = self.statements.get(name.as_bytes())?.clone();
+        let span = execute_name_span(sql)?;
+        Some(Executed {
+            name: Bytes::copy_from_slice(name.as_bytes()),
+            kept,
+            span,
+        })
     }
 
     /// A Parse whose text is `EXECUTE name ...` of a statement the client made with Parse
@@ -273,31 +283,14 @@ impl Relay {
         let rest = &msg[text_at..];
         let end = memchr::memchr(0, rest)?;
         let sql = &rest[..end];
-        let mut found = Vec::new();
-        effects(sql, &mut found);
-        let [(0, Effect::Execute { name })] = found.as_slice() else {
-            return None;
-        };
-        if name.as_bytes() == span.get(msg)
-            || self
-                .client
-                .log
-                .as_ref()
-                .is_some_and(|l| l.sql_prepared(name))
-        {
-            return None;
-        }
-        let kept = self.statements.get(name.as_bytes())?;
-        let (start, stop) = execute_name_span(sql)?;
-        let mut out = BytesMut::with_capacity(msg.len() + kept.server_name.len());
+        let run = self.executed(sql).filter(|r| r.name != span.get(msg))?;
+        let mut out = BytesMut::with_capacity(msg.len() + run.kept.server_name.len());
         let at = begin(&mut out, f::PARSE_TAG);
         out.put_slice(&msg[HEADER_LEN..text_at]);
-        out.put_slice(&sql[..start]);
-        out.put_slice(&kept.server_name);
-        out.put_slice(&sql[stop..]);
+        run.write_renamed(&mut out, sql);
         out.put_slice(&rest[end..]);
         finish(&mut out, at);
-        Some((out, Bytes::copy_from_slice(name.as_bytes())))
+        Some((out, run.name))
     }
 
     fn tracked_parse<I: Io>(
@@ -620,6 +613,24 @@ pub(super) enum ExecuteKept {
     Failed,
     /// The Query to send in its place.
     Rewritten(BytesMut),
+}
+
+/// An `EXECUTE` text's statement: the client's name, what it is, and where the name lies in
+/// the text.
+struct Executed {
+    name: Bytes,
+    kept: Arc<Kept>,
+    span: (usize, usize),
+}
+
+impl Executed {
+    /// `sql` with the server's name in place of the client's.
+    fn write_renamed(&self, out: &mut BytesMut, sql: &[u8]) {
+        let (start, end) = self.span;
+        out.put_slice(&sql[..start]);
+        out.put_slice(&self.kept.server_name);
+        out.put_slice(&sql[end..]);
+    }
 }
 
 /// Where the statement name of `EXECUTE name ...` (the statement's second token, quotes
