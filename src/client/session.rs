@@ -24,7 +24,7 @@ use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{Io, Kind, Next, Policy, Relay, Subscribe};
-use crate::server::Server;
+use crate::server::{Server, ServerError};
 use crate::shared::Shared;
 
 #[derive(Debug, PartialEq, Eq)]
@@ -73,6 +73,9 @@ impl Io for Wire<'_> {
 /// How long a listening client's ReadyForQuery waits for the pool's listening connection to
 /// receive the notifications its transaction sent.
 const CAUGHT_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a pinned client's server may take to say what session state is left.
+const PIN_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A bounded few sessions keep their buffers and their future between transactions.
 pub(super) struct Warm {
@@ -496,7 +499,15 @@ impl<'a> Session<'a> {
         } else {
             self.relay.server_sent();
         }
-        let released = self.maybe_release();
+        let check = self
+            .server
+            .as_ref()
+            .is_some_and(|s| self.relay.pin_check_due(&s.state));
+        let released = if check {
+            Box::pin(self.check_pin()).await?
+        } else {
+            self.maybe_release()
+        };
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
             if released && self.relay.take_notified() {
@@ -540,6 +551,25 @@ impl<'a> Session<'a> {
         conn.state.trim_buffers();
         self.pool.checkin_at(conn, now);
         true
+    }
+
+    /// Asks the pinned client's server what session state is left (the relay decides whether
+    /// the pin ends), then gives the server back if it did; returns whether it did. A server
+    /// that does not answer is lost, as it would be to the client.
+    #[cold]
+    async fn check_pin(&mut self) -> Result<bool, ClientError> {
+        let Some(conn) = self.server.as_mut() else {
+            return Ok(false);
+        };
+        let answer = tokio::time::timeout(
+            PIN_CHECK_WAIT,
+            crate::server::query_value(conn, crate::relay::PIN_CHECK_SQL),
+        )
+        .await
+        .map_err(|_| ClientError::ServerLost(Loss::Server(ServerError::QueryTimeout)))?
+        .map_err(|e| ClientError::ServerLost(Loss::Server(e)))?;
+        self.relay.pin_checked(answer.as_deref());
+        Ok(self.maybe_release())
     }
 
     /// Waits (a bounded while) for the pool's listening connection to receive every

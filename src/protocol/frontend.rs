@@ -260,6 +260,34 @@ pub fn close_statement(buf: &mut BytesMut, name: &[u8]) {
     finish(buf, at);
 }
 
+/// Parse of `sql` as statement `name`, with no parameter types.
+pub fn parse(buf: &mut BytesMut, name: &[u8], sql: &str) {
+    let at = begin(buf, PARSE_TAG);
+    put_cstr(buf, name);
+    put_cstr(buf, sql.as_bytes());
+    buf.put_i16(0);
+    finish(buf, at);
+}
+
+/// Bind of statement `name`, without parameters, to the unnamed portal (text results).
+pub fn bind_unnamed(buf: &mut BytesMut, name: &[u8]) {
+    let at = begin(buf, BIND_TAG);
+    put_cstr(buf, b"");
+    put_cstr(buf, name);
+    buf.put_i16(0);
+    buf.put_i16(0);
+    buf.put_i16(0);
+    finish(buf, at);
+}
+
+/// Execute of the unnamed portal, every row.
+pub fn execute_unnamed(buf: &mut BytesMut) {
+    let at = begin(buf, EXECUTE_TAG);
+    put_cstr(buf, b"");
+    buf.put_i32(0);
+    finish(buf, at);
+}
+
 pub fn flush(buf: &mut BytesMut) {
     let at = begin(buf, FLUSH_TAG);
     finish(buf, at);

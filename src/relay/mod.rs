@@ -27,7 +27,7 @@ mod track;
 mod tracking;
 
 pub use error::{ClientFault, RelayError, ServerFault};
-pub use pin::Pin;
+pub use pin::{Pin, PIN_CHECK_SQL};
 pub use policy::{Policy, StateRule};
 pub use timeouts::Kind;
 

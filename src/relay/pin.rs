@@ -121,6 +121,46 @@ mod kind {
     pub const ROLE: u8 = 64;
     /// `LOAD`: a loaded library stays loaded; the pin lasts until the client leaves.
     pub const LOADED: u8 = 128;
+    /// What the server can be asked about ([`super::PIN_CHECK_SQL`]).
+    pub const CHECKABLE: u8 = TEMP | HOLD_CURSOR | LOCK;
+}
+
+/// Asks a pinned client's server, between transactions, which of the state kinds the pooler
+/// cannot name piece by piece are left: bit 1 a temporary relation, 2 a `WITH HOLD` cursor,
+/// 4 a session advisory lock. Run after something that may have removed the last of them
+/// (`CLOSE name`, `DROP`, `pg_advisory_unlock`, a rollback, an error): the server knows
+/// what a statement dropped, in a block, in a function or under a name the pooler never
+/// saw, where reading the statements could only guess.
+pub const PIN_CHECK_SQL: &str = "SELECT \
+    (EXISTS (SELECT FROM pg_catalog.pg_class \
+        WHERE relnamespace = pg_catalog.pg_my_temp_schema()))::int \
+    + 2 * (EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable))::int \
+    + 4 * (EXISTS (SELECT FROM pg_catalog.pg_locks \
+        WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()))::int";
+
+/// The kinds [`PIN_CHECK_SQL`]'s answer says are left.
+fn checked_kinds(answer: &[u8]) -> Option<u8> {
+    let bits: u8 = std::str::from_utf8(answer).ok()?.parse().ok()?;
+    let mut left = 0;
+    for (bit, k) in [(1, kind::TEMP), (2, kind::HOLD_CURSOR), (4, kind::LOCK)] {
+        if bits & bit != 0 {
+            left |= k;
+        }
+    }
+    Some(left)
+}
+
+/// A statement that may remove a pinned kind the pooler cannot follow by name: the server is
+/// asked once the transaction is over.
+fn may_end_state(e: &Effect) -> bool {
+    matches!(
+        e,
+        Effect::Close { name: Some(_) }
+            | Effect::Unlock
+            | Effect::Drop
+            | Effect::Rollback
+            | Effect::RollbackTo { .. }
+    )
 }
 
 fn kind_of(pin: Pin) -> u8 {
@@ -173,11 +213,26 @@ pub(super) struct Pinning {
     /// The kinds left once the simple Queries in flight succeed: set by a Query that removes
     /// state, taken at the ReadyForQuery that ends the transaction, dropped by any error.
     pending: Option<u8>,
-    /// The pin started or ended since the driver last looked (or `discard` reached 2).
-    changed: bool,
     /// `DISCARD ALL` of a simple Query: 1 sent, 2 done (the driver ends the client's
     /// subscriptions with the pool's listening connection, as it ends a server's `LISTEN`s).
     discard: u8,
+    /// Whether the pin changed, and where the question to the server ([`PIN_CHECK_SQL`])
+    /// stands: [`check`] bits, in one byte (the idle client's future is kept small).
+    check: u8,
+}
+
+/// [`Pinning::check`]'s bits.
+mod check {
+    /// Something that may have removed pinned state was sent: the server is asked what is
+    /// left at the end of the transaction.
+    pub const RECHECK: u8 = 1;
+    /// A statement that pins was sent since the last check: if it fails, it may have made
+    /// nothing.
+    pub const FRESH: u8 = 2;
+    /// The server is to be asked before the client's next message.
+    pub const DUE: u8 = 4;
+    /// The pin started or ended since the driver last looked (or `discard` reached 2).
+    pub const CHANGED: u8 = 8;
 }
 
 impl Pinning {
@@ -187,6 +242,9 @@ impl Pinning {
         if self.discard == 1 {
             self.discard = 0;
         }
+        if self.check & check::FRESH != 0 && self.reason.is_some() {
+            self.check |= check::RECHECK;
+        }
     }
 
     /// A ReadyForQuery ended the batch with nothing owed: state removed by a statement that
@@ -195,23 +253,32 @@ impl Pinning {
         if self.discard == 1 {
             // It cannot run in a block: idle after it, it ran.
             self.discard = if idle { 2 } else { 0 };
-            self.changed |= idle;
+            if idle {
+                self.check |= check::CHANGED;
+            }
         }
-        let Some(left) = self.pending.take() else {
-            return;
-        };
         if !idle {
+            self.pending = None;
             return;
         }
-        self.kinds = left;
-        if left == 0 && self.reason.is_some() {
-            self.reason = None;
-            self.changed = true;
+        if let Some(left) = self.pending.take() {
+            self.kinds = left;
+            if left == 0 && self.reason.is_some() {
+                self.reason = None;
+                self.check |= check::CHANGED;
+            }
+        }
+        if self.check & check::RECHECK != 0 {
+            let due = self.reason.is_some() && self.kinds & !kind::CHECKABLE == 0;
+            self.check &= check::CHANGED;
+            if due {
+                self.check |= check::DUE;
+            }
         }
     }
 
     pub(super) fn has_pending(&self) -> bool {
-        self.pending.is_some() || self.discard == 1
+        self.pending.is_some() || self.discard == 1 || self.check & check::RECHECK != 0
     }
 }
 
@@ -336,6 +403,7 @@ impl Relay {
             && !found.iter().any(|(_, e)| opens_block(e));
         let mut left = pin.pending.unwrap_or(pin.kinds);
         let mut removes = false;
+        let mut may_end = false;
         let mut first = unfollowed;
         if let Some(p) = unfollowed {
             pin.kinds |= kind_of(p);
@@ -346,14 +414,23 @@ impl Relay {
                 pin.kinds |= kind_of(p);
                 left |= kind_of(p);
                 first = first.or(Some(p));
-            } else if can_remove {
-                let gone = cleared_by(e);
-                left &= !gone;
-                removes |= gone != 0;
+            } else {
+                may_end |= may_end_state(e);
+                if can_remove {
+                    let gone = cleared_by(e);
+                    left &= !gone;
+                    removes |= gone != 0;
+                }
             }
         }
         if removes || pin.pending.is_some() {
             pin.pending = Some(left);
+        }
+        if first.is_some() {
+            pin.check |= check::FRESH;
+        }
+        if may_end && (pin.reason.is_some() || first.is_some()) {
+            pin.check |= check::RECHECK;
         }
         if let Some(p) = first {
             self.pin_to(srv.id, p);
@@ -372,13 +449,40 @@ impl Relay {
             return;
         }
         state.reason = Some(pin);
-        state.changed = true;
+        state.check |= check::CHANGED;
         self.metrics
             .clients
             .session_pins
             .with_label_values(&[pin.label()])
             .inc();
         self.events.client_pinned(self.id, server, pin.label());
+    }
+
+    /// The client's transaction is over, after something that may have removed the last of
+    /// the state it is pinned for, and nothing is in flight on `srv`: the driver runs
+    /// [`PIN_CHECK_SQL`] there before anything more of the client's and hands the answer to
+    /// [`Relay::pin_checked`].
+    pub fn pin_check_due(&self, srv: &ServerState) -> bool {
+        self.client.pin.check & check::DUE != 0
+            && srv.replies.is_empty()
+            && self.client.cpass.is_idle()
+            && self.batch.status == backend::TX_IDLE
+    }
+
+    /// The answer to [`PIN_CHECK_SQL`] (`None`: it failed, nothing is known): with nothing
+    /// left the pin ends, and the server may go back to the pool at once.
+    pub fn pin_checked(&mut self, answer: Option<&[u8]>) {
+        let pin = &mut self.client.pin;
+        pin.check &= !check::DUE;
+        let Some(left) = answer.and_then(checked_kinds) else {
+            return;
+        };
+        pin.kinds = (pin.kinds & !kind::CHECKABLE) | left;
+        if pin.kinds == 0 && pin.reason.is_some() {
+            pin.reason = None;
+            pin.check |= check::CHANGED;
+            self.batch.release_due = self.may_release() && !self.batch.execute_replay;
+        }
     }
 
     /// Whether a `DISCARD ALL` of the client's succeeded since the last call.
@@ -394,7 +498,10 @@ impl Relay {
     /// Whether the client was pinned or unpinned since the last call (the driver's SHOW
     /// CLIENTS and gauge follow it).
     pub fn take_pin_change(&mut self) -> bool {
-        std::mem::take(&mut self.client.pin.changed)
+        let pin = &mut self.client.pin;
+        let changed = pin.check & check::CHANGED != 0;
+        pin.check &= !check::CHANGED;
+        changed
     }
 }
 

@@ -11,7 +11,7 @@ mod state;
 pub use credential::{LearnedSecrets, SecretCell, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
-pub use query::run_simple;
+pub use query::{query_value, run_simple};
 pub use replies::{Owed, Replies, Request, Step};
 pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;
@@ -46,6 +46,9 @@ pub enum ServerError {
     /// A query the pooler ran itself (reset, check) failed or left a transaction open.
     #[error("the pooler's own query failed: {0}")]
     QueryFailed(String),
+    /// A query the pooler ran itself got no answer in time.
+    #[error("the server did not answer the pooler's own query in time")]
+    QueryTimeout,
     #[error("server requested a password but none is configured")]
     NoPassword,
     /// Passthrough, and the user has not proved a stored credential to the pooler yet.

@@ -39,3 +39,46 @@ pub async fn run_simple(conn: &mut ServerConn, sql: &str) -> Result<(), ServerEr
         }
     }
 }
+
+/// The name of the pooler's own one-value statement: spaces keep it apart from any name a
+/// driver generates (tracked clients' names are `p<c>_...` there anyway).
+const VALUE_STATEMENT: &[u8] = b"droid-pool value";
+
+/// Runs `sql`, a one-value query, on `conn` (idle, owing nothing) up to its ReadyForQuery:
+/// the first column of its first row, `None` for an error, a NULL or no row (the connection
+/// is in step either way). `Err` only when the connection failed. It runs as a named
+/// statement closed at once, not as a simple Query: a simple Query would drop the client's
+/// unnamed statement, which a pinned client may still bind.
+pub async fn query_value(conn: &mut ServerConn, sql: &str) -> Result<Option<Vec<u8>>, ServerError> {
+    let mut out = BytesMut::new();
+    frontend::parse(&mut out, VALUE_STATEMENT, sql);
+    frontend::bind_unnamed(&mut out, VALUE_STATEMENT);
+    frontend::execute_unnamed(&mut out);
+    // Skipped with the rest if the Parse fails (a statement of that name is not ours).
+    frontend::close_statement(&mut out, VALUE_STATEMENT);
+    frontend::sync(&mut out);
+    conn.stream.send(&out).await?;
+    let mut value = None;
+    let mut failed = false;
+    loop {
+        let f = read_frame(conn).await?;
+        match f.tag {
+            backend::DATA_ROW_TAG if value.is_none() => value = first_column(f.body()),
+            backend::PARAMETER_STATUS_TAG => {
+                if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
+                    conn.set_param(k, v);
+                }
+            }
+            backend::ERROR_RESPONSE_TAG => failed = true,
+            backend::READY_FOR_QUERY_TAG => return Ok(value.filter(|_| !failed)),
+            _ => {}
+        }
+    }
+}
+
+/// A DataRow's first value (`None` for NULL, or a row too short to hold it).
+fn first_column(row: &[u8]) -> Option<Vec<u8>> {
+    let len = i32::from_be_bytes(row.get(2..6)?.try_into().ok()?);
+    let len = usize::try_from(len).ok()?;
+    row.get(6..6 + len).map(<[u8]>::to_vec)
+}

@@ -1,8 +1,8 @@
 //! What a statement does to session state, read from its tokens: settings (`SET`, `RESET`,
 //! `set_config(.., .., false)`), SQL prepared statements, the state the pooler cannot move
 //! between servers (temp tables, `WITH HOLD` cursors, session advisory locks, `LOAD`), what
-//! ends that state (`DISCARD`, `CLOSE`, `pg_advisory_unlock_all()`), `LISTEN`/`UNLISTEN`, and
-//! the transaction boundaries that decide whether a `SET` sticks.
+//! ends or may end that state (`DISCARD`, `CLOSE`, `pg_advisory_unlock[_all]()`, `DROP`),
+//! `LISTEN`/`UNLISTEN`, and the transaction boundaries that decide whether a `SET` sticks.
 //!
 //! The hot path is a plain query: [`effects`] looks at the first word of each statement and
 //! reads further only for the few that can matter, and a `SELECT` is scanned for the three
@@ -33,6 +33,10 @@ pub enum Effect {
     Close { name: Option<String> },
     /// `pg_advisory_unlock_all()`.
     UnlockAll,
+    /// `pg_advisory_unlock(..)` / `pg_advisory_unlock_shared(..)`: may end the last lock.
+    Unlock,
+    /// `DROP ...`: may drop the last temp table.
+    Drop,
     /// `DISCARD ALL`, `DISCARD TEMP` (`TEMPORARY`), `DISCARD PLANS`, `DISCARD SEQUENCES`.
     Discard(Discard),
     /// `LISTEN channel`.
@@ -325,6 +329,7 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             None => {}
         },
         b"load" => emit(Effect::Pin(PinReason::Load)),
+        b"drop" => emit(Effect::Drop),
         b"discard" => {
             let what = match t.next() {
                 Some(n) if n.is("all") => Discard::All,
@@ -588,6 +593,7 @@ fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
                 emit(Effect::Pin(PinReason::AdvisoryLock))
             }
             b"pg_advisory_unlock_all" if called => emit(Effect::UnlockAll),
+            b"pg_advisory_unlock" | b"pg_advisory_unlock_shared" if called => emit(Effect::Unlock),
             b"into" if matches!(tok, Token::Word(_)) => {
                 let next = tokens.get(i + 1);
                 let next2 = tokens.get(i + 2);

@@ -20,11 +20,15 @@ fn start(db: &str, size: usize) -> Pooler {
 }
 
 fn start_with(db: &str, size: usize, mode: &str, wait: &str) -> Pooler {
+    start_state(db, size, mode, wait, "pin")
+}
+
+fn start_state(db: &str, size: usize, mode: &str, wait: &str, state: &str) -> Pooler {
     let pg = support::shared();
     create_db(pg, db);
     let yaml = format!(
         "server:\n  connect_timeout: 500ms\npool:\n  size: {size}\n  mode: {mode}\n  \
-         session_state: pin\n  query_wait_timeout: {wait}\nlog:\n  events: all\n\
+         session_state: {state}\n  query_wait_timeout: {wait}\nlog:\n  events: all\n\
          auth:\n  user_methods:\n    {USER}: trust\nadmin:\n  console_users: [{USER}]\n"
     );
     block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
@@ -273,6 +277,29 @@ async fn statement_mode_refuses_session_state() {
     );
 }
 
+/// Whether B can run on the only server while A stays connected (A is not pinned to it).
+async fn b_runs(b: &mut crate::support::raw::Raw) -> bool {
+    b.send(&crate::support::raw::query("select 1")).await;
+    if still_waits(b).await {
+        return false;
+    }
+    b.until_ready().await;
+    true
+}
+
+/// B's query, sent while A was pinned, is still unanswered.
+async fn still_waits(b: &mut crate::support::raw::Raw) -> bool {
+    b.silent_for(Duration::from_millis(600)).await
+}
+
+fn pinned_clients(p: &Pooler, db: &str) -> f64 {
+    metric_or_zero(
+        &scrape(p),
+        "droidpool_pool_pinned_clients",
+        &[("database", db), ("user", USER)],
+    )
+}
+
 /// A pin ends once the client's own statement removes all it made: `RESET ALL` after a
 /// `SET`, `DISCARD TEMP` after a temp table, `DISCARD ALL` after anything (but `LOAD`).
 /// Removal inside a transaction block, or one that fails, keeps the pin (it may be undone).
@@ -282,22 +309,7 @@ async fn a_pin_ends_when_the_client_removes_its_state() {
     let p = start_with("ss_unpin", 1, "transaction", "20s");
     let mut a = Raw::connect(p.port(), USER, "ss_unpin").await;
     let mut b = Raw::connect(p.port(), USER, "ss_unpin").await;
-    // Whether B can run on the only server while A stays connected.
-    async fn b_runs(b: &mut Raw) -> bool {
-        b.send(&query("select 1")).await;
-        if b.silent_for(Duration::from_millis(600)).await {
-            return false;
-        }
-        b.until_ready().await;
-        true
-    }
-    let pinned = |p: &Pooler| {
-        metric_or_zero(
-            &scrape(p),
-            "droidpool_pool_pinned_clients",
-            &[("database", "ss_unpin"), ("user", USER)],
-        )
-    };
+    let pinned = |p: &Pooler| pinned_clients(p, "ss_unpin");
 
     // (A ParameterStatus may come before the CommandComplete.)
     let got = a.query("SET search_path TO a_unpin, public").await;
@@ -353,6 +365,123 @@ async fn a_pin_ends_when_the_client_removes_its_state() {
         Some("0"),
         "A's table reached B"
     );
+}
+
+/// A pin ends with the last piece of its state, however it goes: `CLOSE` of one cursor,
+/// `DROP` of one temp table, `pg_advisory_unlock` of one lock (locks count, as PostgreSQL
+/// counts them), a block that rolls back what pinned, a pinning statement that fails. The
+/// server is asked what is left once the transaction is over; while anything is left (the
+/// other cursor, table or lock, or a drop that rolled back) the client keeps its server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_ends_with_the_last_piece_of_its_state_pin() {
+    the_last_piece_ends_the_pin("pin").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_ends_with_the_last_piece_of_its_state_track() {
+    the_last_piece_ends_the_pin("track").await;
+}
+
+async fn the_last_piece_ends_the_pin(state: &str) {
+    use crate::support::raw::{batch, bind, execute, first_col, parse, sync, tags, Raw};
+    let db = format!("ss_piece_{state}");
+    let p = start_state(&db, 1, "transaction", "20s", state);
+    let mut a = Raw::connect(p.port(), USER, &db).await;
+    let mut b = Raw::connect(p.port(), USER, &db).await;
+    let pinned = |p: &Pooler| pinned_clients(p, &db);
+    async fn ok(a: &mut Raw, sql: &str) {
+        let got = a.query(sql).await;
+        assert!(!tags(&got).contains('E'), "{sql}: {}", tags(&got));
+    }
+    let pid = |f: Vec<droid_pool::protocol::frame::Frame>| first_col(&f[1]).expect("a pid");
+    let pid_a = pid(a.query("select pg_backend_pid()").await);
+
+    // Two WITH HOLD cursors: closing one keeps the pin, closing both ends it.
+    ok(&mut a, "declare c1 cursor with hold for select 1").await;
+    ok(&mut a, "declare c2 cursor with hold for select 2").await;
+    assert!(!b_runs(&mut b).await, "a WITH HOLD cursor pins");
+    // An unnamed statement made before the check is still there after it (the check is
+    // not a simple Query, which would drop it): A closes c1 through a named statement.
+    a.send(&batch(&[parse("", "select 42"), sync()])).await;
+    a.until_ready().await;
+    a.send(&batch(&[
+        parse("s_close", "close c1"),
+        bind("", "s_close", &[]),
+        execute(""),
+        sync(),
+    ]))
+    .await;
+    let got = a.until_ready().await;
+    assert!(!tags(&got).contains('E'), "{}", tags(&got));
+    assert!(still_waits(&mut b).await, "c2 is still open");
+    a.send(&batch(&[bind("", "", &[]), execute(""), sync()]))
+        .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "2DCZ");
+    assert_eq!(first_col(&got[1]).as_deref(), Some("42"));
+    let got = a.query("fetch c2").await;
+    assert_eq!(
+        first_col(&got[1]).as_deref(),
+        Some("2"),
+        "A keeps its cursor"
+    );
+    ok(&mut a, "close c2").await;
+    b.until_ready().await;
+    assert_eq!(pinned(&p), 0.0, "no cursor is left");
+    assert!(b_runs(&mut b).await);
+
+    // One lock taken twice: PostgreSQL counts it, so one unlock leaves it held.
+    ok(&mut a, "select pg_advisory_lock(71)").await;
+    ok(&mut a, "select pg_advisory_lock(71)").await;
+    assert!(!b_runs(&mut b).await, "a session advisory lock pins");
+    ok(&mut a, "select pg_advisory_unlock(71)").await;
+    // An unlock of a lock not held (a warning, false) changes nothing.
+    ok(&mut a, "select pg_advisory_unlock(72)").await;
+    assert!(still_waits(&mut b).await, "the lock is held once more");
+    ok(&mut a, "select pg_advisory_unlock(71)").await;
+    b.until_ready().await;
+    assert_eq!(pinned(&p), 0.0, "no lock is left");
+    assert!(b_runs(&mut b).await);
+
+    // Two temp tables, a drop that rolls back, a cursor beside them.
+    ok(&mut a, "create temp table t_piece1 (a int)").await;
+    ok(&mut a, "create temp table t_piece2 (a int)").await;
+    ok(&mut a, "declare c3 cursor with hold for select 3").await;
+    assert!(!b_runs(&mut b).await, "a temp table pins");
+    ok(&mut a, "drop table t_piece1").await;
+    ok(&mut a, "begin; drop table t_piece2; rollback").await;
+    ok(&mut a, "select count(*) from t_piece2").await;
+    ok(&mut a, "drop table t_piece2").await;
+    assert!(still_waits(&mut b).await, "the cursor is still open");
+    ok(&mut a, "close c3").await;
+    b.until_ready().await;
+    assert_eq!(pinned(&p), 0.0, "nothing is left");
+    assert!(b_runs(&mut b).await);
+
+    // What pinned and then rolled back, or failed, made nothing.
+    ok(
+        &mut a,
+        "begin; create temp table t_piece3 (a int); rollback",
+    )
+    .await;
+    assert!(b_runs(&mut b).await, "a rolled-back creation does not pin");
+    let got = a.query("create temp table t_piece4 (a no_such_type)").await;
+    assert!(tags(&got).contains('E'), "{}", tags(&got));
+    assert!(b_runs(&mut b).await, "a failed creation does not pin");
+    assert_eq!(pinned(&p), 0.0);
+
+    // Same backend throughout (one server), and every check was the pooler's own: B, on
+    // it now, sees none of A's state.
+    let got = b.query("select pg_backend_pid()").await;
+    assert_eq!(first_col(&got[1]), Some(pid_a));
+    let got = b
+        .query(
+            "select (select count(*) from pg_cursors) + (select count(*) from pg_locks \
+             where locktype = 'advisory') + (select count(*) from pg_class \
+             where relname like 't_piece%')",
+        )
+        .await;
+    assert_eq!(first_col(&got[1]).as_deref(), Some("0"));
 }
 
 /// `session_state` per `databases:` alias and per `users:` entry, over `pool.session_state`

@@ -168,6 +168,14 @@ fn state_that_pins_and_what_ends_it() {
         })
     );
     assert_eq!(one("CLOSE ALL"), Some(Effect::Close { name: None }));
+    assert_eq!(one("select pg_advisory_unlock(1)"), Some(Effect::Unlock));
+    assert_eq!(
+        one("SELECT PG_ADVISORY_UNLOCK_SHARED(1, 2)"),
+        Some(Effect::Unlock)
+    );
+    assert_eq!(one("select 'pg_advisory_unlock(1)'"), None);
+    assert_eq!(one("DROP TABLE t"), Some(Effect::Drop));
+    assert_eq!(one("/* drop */ select 1"), None);
 }
 
 #[test]
