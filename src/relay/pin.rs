@@ -151,16 +151,14 @@ fn checked_kinds(answer: &[u8]) -> Option<u8> {
 }
 
 /// A statement that may remove a pinned kind the pooler cannot follow by name: the server is
-/// asked once the transaction is over.
-fn may_end_state(e: &Effect) -> bool {
-    matches!(
-        e,
-        Effect::Close { name: Some(_) }
-            | Effect::Unlock
-            | Effect::Drop
-            | Effect::Rollback
-            | Effect::RollbackTo { .. }
-    )
+/// asked once the transaction is over. A rollback counts only after a statement that pinned
+/// (`fresh`): a pinned client's every `ROLLBACK` does not cost a question.
+fn may_end_state(e: &Effect, fresh: bool) -> bool {
+    match e {
+        Effect::Close { name: Some(_) } | Effect::Unlock | Effect::Drop => true,
+        Effect::Rollback | Effect::RollbackTo { .. } => fresh,
+        _ => false,
+    }
 }
 
 fn kind_of(pin: Pin) -> u8 {
@@ -414,8 +412,9 @@ impl Relay {
                 pin.kinds |= kind_of(p);
                 left |= kind_of(p);
                 first = first.or(Some(p));
+                pin.check |= check::FRESH;
             } else {
-                may_end |= may_end_state(e);
+                may_end |= may_end_state(e, pin.check & check::FRESH != 0);
                 if can_remove {
                     let gone = cleared_by(e);
                     left &= !gone;
@@ -425,9 +424,6 @@ impl Relay {
         }
         if removes || pin.pending.is_some() {
             pin.pending = Some(left);
-        }
-        if first.is_some() {
-            pin.check |= check::FRESH;
         }
         if may_end && (pin.reason.is_some() || first.is_some()) {
             pin.check |= check::RECHECK;
