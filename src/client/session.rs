@@ -499,22 +499,21 @@ impl<'a> Session<'a> {
         } else {
             self.relay.server_sent();
         }
-        let check = self
-            .server
-            .as_ref()
-            .is_some_and(|s| self.relay.pin_check_due(&s.state));
-        let released = if check {
-            Box::pin(self.check_pin()).await?
-        } else {
-            self.maybe_release()
-        };
+        let released = self.maybe_release();
+        // The rare ends of a round share one await point (the usual round's future stays as
+        // it was): a pinned client's server asked what state is left, a listening client's
+        // own notification waited for.
+        let check = !released
+            && self
+                .server
+                .as_ref()
+                .is_some_and(|s| self.relay.pin_check_due(&s.state));
+        let notified = released && self.inbox.is_some() && self.relay.take_notified();
+        if check || notified {
+            Box::pin(self.rare_round_end(check, notified)).await?;
+        }
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
-            if released && self.relay.take_notified() {
-                // Its own notification (and any committed before it) goes out before its
-                // ReadyForQuery, as directly: the listening connection catches up first.
-                Box::pin(self.caught_up()).await;
-            }
             self.deliver_notifications();
         }
         self.relay.end_round();
@@ -526,7 +525,8 @@ impl<'a> Session<'a> {
     }
 
     /// Gives the server back if the relay says the transaction is over; returns whether it
-    /// did.
+    /// did. Inlined: the round's end is the hot path, and the pin check's call is cold.
+    #[inline(always)]
     fn maybe_release(&mut self) -> bool {
         if self.relay.take_pin_change() {
             self.follow_pin();
@@ -551,6 +551,20 @@ impl<'a> Session<'a> {
         conn.state.trim_buffers();
         self.pool.checkin_at(conn, now);
         true
+    }
+
+    /// The pin check (`check`), then the wait for a listening client's own notification
+    /// (`notified`, or due once the check gave the server back): its notification, and any
+    /// committed before it, goes out before its ReadyForQuery, as directly.
+    #[cold]
+    async fn rare_round_end(&mut self, check: bool, mut notified: bool) -> Result<(), ClientError> {
+        if check && self.check_pin().await? {
+            notified = self.inbox.is_some() && self.relay.take_notified();
+        }
+        if notified {
+            self.caught_up().await;
+        }
+        Ok(())
     }
 
     /// Asks the pinned client's server what session state is left (the relay decides whether

@@ -499,7 +499,10 @@ impl Relay {
         if self.policy.session_state != StateRule::Forward {
             if tag == f::QUERY_TAG || tag == f::PARSE_TAG {
                 let whole = msg.len() == total;
-                if !self.plain_query(tag, msg, whole) && self.on_state(srv, tag, msg, whole) {
+                if !self.plain_query(tag, msg, whole)
+                    && !self.plain_parse(srv, tag, msg, whole)
+                    && self.on_state(srv, tag, msg, whole)
+                {
                     return Ok(false);
                 }
             } else if self.client.log.is_some() {

@@ -72,7 +72,8 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
         }
     }
     let text = match tag {
-        f::PARSE_TAG => match memchr::memchr(0, body) {
+        // A statement name is short (and a driver's usual one empty): read bytewise.
+        f::PARSE_TAG => match body.iter().position(|&b| b == 0) {
             Some(end) => &body[end + 1..],
             None => &[],
         },
@@ -82,6 +83,18 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
         Some(end) => &text[..end],
         None => text,
     }
+}
+
+/// Whether the whole Parse `msg` has exactly `text` as its statement text (the server's
+/// last Parse text known to make no session state): settled without looking for the text's
+/// end.
+fn parse_text_is(msg: &[u8], text: &[u8]) -> bool {
+    let body = msg.get(HEADER_LEN..).unwrap_or_default();
+    let Some(end) = body.iter().position(|&b| b == 0) else {
+        return false;
+    };
+    let t = &body[end + 1..];
+    t.get(text.len()) == Some(&0) && t.get(..text.len()) == Some(text)
 }
 
 /// The first pin the statements of `sql` make, if any (`track`: settings are followed, not
@@ -311,6 +324,19 @@ impl Relay {
             && msg
                 .get(HEADER_LEN..msg.len().saturating_sub(1))
                 .is_some_and(plainly_nothing)
+    }
+
+    /// The usual Parse (the text the server last parsed and found to make no session state,
+    /// as a driver sends one statement again and again), of a client with no session state
+    /// in play: settled here, without calling [`Relay::on_state`].
+    #[inline(always)]
+    pub(super) fn plain_parse(&self, srv: &ServerState, tag: u8, msg: &[u8], whole: bool) -> bool {
+        tag == f::PARSE_TAG
+            && whole
+            && !srv.plain_parse.is_empty()
+            && self.client.log.is_none()
+            && !self.client.pin.has_pending()
+            && parse_text_is(msg, &srv.plain_parse)
     }
 
     /// A Query or Parse on held server `srv` under a policy that reads statements for session
@@ -554,5 +580,27 @@ mod tests {
         p.extend_from_slice(body);
         assert_eq!(sql_of(f::PARSE_TAG, &p), b"LISTEN x");
         assert_eq!(sql_of(f::PARSE_TAG, &p[..7]), b"");
+    }
+
+    #[test]
+    fn a_parse_of_the_known_text() {
+        let parse = |name: &[u8], text: &[u8]| {
+            let mut body = name.to_vec();
+            body.push(0);
+            body.extend_from_slice(text);
+            body.extend_from_slice(b"\0\0\x01\0\0\0\0");
+            let mut p = BytesMut::from(&b"P"[..]);
+            p.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+            p.extend_from_slice(&body);
+            p
+        };
+        assert!(parse_text_is(&parse(b"", b"select $1"), b"select $1"));
+        assert!(parse_text_is(&parse(b"s1", b"select $1"), b"select $1"));
+        // A longer or shorter text, another text, a message cut short.
+        assert!(!parse_text_is(&parse(b"", b"select $1 "), b"select $1"));
+        assert!(!parse_text_is(&parse(b"", b"select $"), b"select $1"));
+        assert!(!parse_text_is(&parse(b"", b"select $2"), b"select $1"));
+        assert!(!parse_text_is(&parse(b"", b"select $1")[..9], b"select $1"));
+        assert!(!parse_text_is(b"P", b"select $1"));
     }
 }
