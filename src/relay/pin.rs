@@ -72,11 +72,7 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
         }
     }
     let text = match tag {
-        // A statement name is short (and a driver's usual one empty): read bytewise.
-        f::PARSE_TAG => match body.iter().position(|&b| b == 0) {
-            Some(end) => &body[end + 1..],
-            None => &[],
-        },
+        f::PARSE_TAG => after_name(body).unwrap_or_default(),
         _ => body,
     };
     match memchr::memchr(0, text) {
@@ -89,12 +85,17 @@ fn sql_of(tag: u8, msg: &[u8]) -> &[u8] {
 /// last Parse text known to make no session state): settled without looking for the text's
 /// end.
 fn parse_text_is(msg: &[u8], text: &[u8]) -> bool {
-    let body = msg.get(HEADER_LEN..).unwrap_or_default();
-    let Some(end) = body.iter().position(|&b| b == 0) else {
+    let Some(t) = after_name(msg.get(HEADER_LEN..).unwrap_or_default()) else {
         return false;
     };
-    let t = &body[end + 1..];
     t.get(text.len()) == Some(&0) && t.get(..text.len()) == Some(text)
+}
+
+/// What follows the statement name of a Parse body. A name is short (a driver's usual one
+/// empty): read bytewise, without `memchr`'s set-up.
+fn after_name(body: &[u8]) -> Option<&[u8]> {
+    let end = body.iter().position(|&b| b == 0)?;
+    Some(&body[end + 1..])
 }
 
 /// The first pin the statements of `sql` make, if any (`track`: settings are followed, not
@@ -352,10 +353,8 @@ impl Relay {
     ) -> bool {
         let quiet = self.client.log.is_none() && !self.client.pin.has_pending();
         let sql = sql_of(tag, msg);
+        // (A Parse of `srv.plain_parse`'s text was settled by `plain_parse` before the call.)
         let parse = tag == f::PARSE_TAG;
-        if quiet && parse && whole && srv.plain_parse == sql {
-            return false;
-        }
         let mut found = Vec::new();
         effects(sql, &mut found);
         if tag == f::QUERY_TAG

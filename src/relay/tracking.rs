@@ -160,13 +160,7 @@ impl Relay {
         let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
             return false;
         };
-        if self
-            .client
-            .log
-            .as_ref()
-            .is_some_and(|l| l.sql_prepared(name))
-            || self.statements.remove(name.as_bytes()).is_none()
-        {
+        if self.sql_prepared(name) || self.statements.remove(name.as_bytes()).is_none() {
             return false;
         }
         // A simple Query drops the unnamed statement too.
@@ -240,6 +234,15 @@ impl Relay {
         ExecuteKept::Rewritten(query)
     }
 
+    /// Whether `name` is a statement the client made with SQL `PREPARE` (one namespace with
+    /// those made with Parse: such a name is the server's to answer).
+    fn sql_prepared(&self, name: &str) -> bool {
+        self.client
+            .log
+            .as_ref()
+            .is_some_and(|l| l.sql_prepared(name))
+    }
+
     /// The statement made with Parse that an `EXECUTE name ...` text runs, if that is what
     /// `sql` is (one namespace: a name the client made with SQL `PREPARE` is not one).
     fn executed(&self, sql: &[u8]) -> Option<Executed> {
@@ -248,12 +251,7 @@ impl Relay {
         let [(0, Effect::Execute { name })] = found.as_slice() else {
             return None;
         };
-        if self
-            .client
-            .log
-            .as_ref()
-            .is_some_and(|l| l.sql_prepared(name))
-        {
+        if self.sql_prepared(name) {
             return None;
         }
         let kept = self.statements.get(name.as_bytes())?.clone();

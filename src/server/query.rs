@@ -46,7 +46,7 @@ const VALUE_STATEMENT: &[u8] = b"droid-pool value";
 
 /// Runs `sql`, a one-value query, on `conn` (idle, owing nothing) up to its ReadyForQuery:
 /// the first column of its first row, `None` for an error, a NULL or no row (the connection
-/// is in step either way). `Err` only when the connection failed. It runs as a named
+/// is in step either way). `Err` when the connection failed or the server broke the protocol. It runs as a named
 /// statement closed at once, not as a simple Query: a simple Query would drop the client's
 /// unnamed statement, which a pinned client may still bind.
 pub async fn query_value(conn: &mut ServerConn, sql: &str) -> Result<Option<Vec<u8>>, ServerError> {
@@ -63,7 +63,10 @@ pub async fn query_value(conn: &mut ServerConn, sql: &str) -> Result<Option<Vec<
     loop {
         let f = read_frame(conn).await?;
         match f.tag {
-            backend::DATA_ROW_TAG if value.is_none() => value = first_column(f.body()),
+            backend::DATA_ROW_TAG if value.is_none() => {
+                let row = backend::parse_data_row(f.body())?;
+                value = row.first().copied().flatten().map(<[u8]>::to_vec);
+            }
             backend::PARAMETER_STATUS_TAG => {
                 if let Ok((k, v)) = backend::parse_parameter_status(f.body()) {
                     conn.set_param(k, v);
@@ -74,11 +77,4 @@ pub async fn query_value(conn: &mut ServerConn, sql: &str) -> Result<Option<Vec<
             _ => {}
         }
     }
-}
-
-/// A DataRow's first value (`None` for NULL, or a row too short to hold it).
-fn first_column(row: &[u8]) -> Option<Vec<u8>> {
-    let len = i32::from_be_bytes(row.get(2..6)?.try_into().ok()?);
-    let len = usize::try_from(len).ok()?;
-    row.get(6..6 + len).map(<[u8]>::to_vec)
 }
