@@ -1,12 +1,12 @@
 //! Client → server: each whole message the client sent is forwarded, rewritten, or answered
 //! by the pooler, and what the server will owe for it is queued.
 
-use bytes::Buf;
+use bytes::{Buf, BytesMut};
 
 use super::error::ClientFault;
 use super::pass::Pass;
 use super::pin::state_refusal;
-use super::tracking::ExecuteKept;
+use super::tracking::{DeallocateKept, ExecuteKept};
 use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
 use crate::listen::Note;
 use crate::protocol::backend::{self, ErrorFields};
@@ -138,9 +138,17 @@ impl Relay {
                     .cbuf
                     .get(frame::HEADER_LEN)
                     .is_some_and(|&b| may_begin_hooked(b));
-            if hooked && self.policy.tracking && self.deallocate_kept(srv.as_deref_mut(), seen) {
-                self.drop_client(seen, total);
-                continue;
+            if hooked && self.policy.tracking {
+                match self.deallocate_kept(srv.as_deref_mut(), seen) {
+                    DeallocateKept::No => {}
+                    DeallocateKept::Answered => {
+                        self.drop_client(seen, total);
+                        continue;
+                    }
+                    DeallocateKept::Rewritten(query) => {
+                        (seen, total) = self.put_in_place(seen, query)
+                    }
+                }
             }
             let Some(held) = srv.as_deref_mut() else {
                 if self.policy.session_state == StateRule::Refuse
@@ -175,13 +183,7 @@ impl Relay {
                         backend::ready_for_query(&mut self.client.cout, self.batch.status);
                         continue;
                     }
-                    ExecuteKept::Rewritten(query) => {
-                        // In the client's place, handled as it would have been.
-                        let rest = self.client.cbuf.split_off(seen);
-                        (seen, total) = (query.len(), query.len());
-                        self.client.cbuf = query;
-                        self.client.cbuf.unsplit(rest);
-                    }
+                    ExecuteKept::Rewritten(query) => (seen, total) = self.put_in_place(seen, query),
                 }
             }
             // Handled in place (no split of the buffer per message): the buffer is lent out
@@ -202,6 +204,16 @@ impl Relay {
             }
         }
         Ok(Next::Done)
+    }
+
+    /// Puts `query` in place of the client's first `seen` bytes (a whole message), to be
+    /// handled as the client's would have been; returns its size as `(seen, total)`.
+    fn put_in_place(&mut self, seen: usize, mut query: BytesMut) -> (usize, usize) {
+        let rest = self.client.cbuf.split_off(seen);
+        let len = query.len();
+        query.unsplit(rest);
+        self.client.cbuf = query;
+        (len, len)
     }
 
     /// The pool could not give the message in front (of type `tag`) a server: it is dropped

@@ -91,10 +91,13 @@ impl Relay {
     }
 
     /// Close S: forget the statement. With nothing owed, the pooler answers CloseComplete
-    /// itself and the server copies stay until evicted. After replies still owed, an earlier
-    /// error may make the server skip this point of the batch, and then the statement must
-    /// still exist (a later Parse of the name gets 42P05, a Bind runs it): the Close goes to
-    /// the server, renamed, where it runs or is skipped exactly as it would without a pooler.
+    /// itself and the server copies stay until evicted (or the client leaves); under
+    /// `session_state: track`, a copy on the held server is closed there instead (the Close
+    /// goes on, renamed), so the server lists only what the client has. After replies owed,
+    /// an earlier error may make the server skip this point of the batch, and then the
+    /// statement must still exist (a later Parse of the name gets 42P05, a Bind runs it): the
+    /// Close goes to the server, renamed, where it runs or is skipped exactly as it would
+    /// without a pooler.
     /// Returns whether the message went to the server.
     fn tracked_close(
         &mut self,
@@ -104,8 +107,14 @@ impl Relay {
     ) -> bool {
         let name = span.get(msg);
         let removed = self.statements.remove(name);
-        let pending = srv.as_deref().is_some_and(|s| !s.replies.is_empty());
-        let Some(kept) = removed.filter(|_| pending) else {
+        // Under `session_state: track` the held server's copy goes with it, so the server
+        // lists only what the client has (the contract's `--track-prepared` forwards nothing).
+        let drop_copy = self.policy.track_settings;
+        let to_server = |k: &Kept| {
+            srv.as_deref()
+                .is_some_and(|s| !s.replies.is_empty() || (drop_copy && holds(s, k)))
+        };
+        let Some(kept) = removed.filter(|k| to_server(k)) else {
             let mut reply = BytesMut::new();
             backend::empty(&mut reply, backend::CLOSE_COMPLETE_TAG);
             self.answer(srv, reply.freeze());
@@ -140,9 +149,15 @@ impl Relay {
     /// the two, it is a Close S of that statement, whose server copies have other names. The
     /// pooler forgets it and answers (`DEALLOCATE`, ReadyForQuery) itself, as it answers
     /// Close S; only with nothing owed (else the Query goes on and meets the server's answer).
-    /// psycopg 3 with libpq before 17 evicts its statements this way. Returns whether it was
-    /// answered (the message is then dropped by the caller).
-    pub(super) fn deallocate_kept(&mut self, srv: Option<&mut ServerState>, seen: usize) -> bool {
+    /// psycopg 3 with libpq before 17 evicts its statements this way. A held server's copy
+    /// goes with it: the Query goes on as `DEALLOCATE <server name>`, so the server lists
+    /// only what the client still has (copies elsewhere stay until evicted or the client
+    /// leaves).
+    pub(super) fn deallocate_kept(
+        &mut self,
+        srv: Option<&mut ServerState>,
+        seen: usize,
+    ) -> DeallocateKept {
         let msg = &self.client.cbuf[..seen];
         // Cheap first: a text that does not begin with the word's first letter is not read.
         // In a failed block PostgreSQL refuses it (25P02): the server says so.
@@ -150,26 +165,45 @@ impl Relay {
             || self.batch.status == backend::TX_FAILED
             || srv.as_deref().is_some_and(|s| !s.replies.is_empty())
         {
-            return false;
+            return DeallocateKept::No;
         }
         let Ok(sql) = f::query_text(msg) else {
-            return false;
+            return DeallocateKept::No;
         };
         let mut found = Vec::new();
         effects(sql, &mut found);
         let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
-            return false;
+            return DeallocateKept::No;
         };
-        if self.sql_prepared(name) || self.statements.remove(name.as_bytes()).is_none() {
-            return false;
+        if self.sql_prepared(name) {
+            return DeallocateKept::No;
+        }
+        let Some(kept) = self.statements.remove(name.as_bytes()) else {
+            return DeallocateKept::No;
+        };
+        if let Some(srv) = srv.filter(|s| holds(s, &kept)) {
+            srv.statements.remove(&kept.server_name);
+            let mut query = BytesMut::new();
+            let at = begin(&mut query, f::QUERY_TAG);
+            // Quoted byte by byte: the name is in the client's encoding, as the text is.
+            query.put_slice(b"DEALLOCATE \"");
+            for &b in kept.server_name.iter() {
+                if b == b'"' {
+                    query.put_u8(b'"');
+                }
+                query.put_u8(b);
+            }
+            query.put_slice(b"\"\0");
+            finish(&mut query, at);
+            return DeallocateKept::Rewritten(query);
         }
         // A simple Query drops the unnamed statement too.
         self.forget_unnamed();
         let mut reply = BytesMut::new();
         backend::command_complete(&mut reply, "DEALLOCATE");
         backend::ready_for_query(&mut reply, self.batch.status);
-        self.answer(srv, reply.freeze());
-        true
+        self.client.cout.extend_from_slice(&reply);
+        DeallocateKept::Answered
     }
 
     /// `EXECUTE name [(args)]` as a whole simple Query (`pool.session_state: track`), where
@@ -600,6 +634,16 @@ impl Relay {
     }
 }
 
+/// What [`Relay::deallocate_kept`] made of a simple Query.
+pub(super) enum DeallocateKept {
+    /// Not a `DEALLOCATE` of a statement made with Parse: handled as any Query.
+    No,
+    /// Answered by the pooler: the Query is dropped.
+    Answered,
+    /// The Query to send in its place (the held server's copy goes too).
+    Rewritten(BytesMut),
+}
+
 /// What [`Relay::execute_kept`] made of a simple Query.
 pub(super) enum ExecuteKept {
     /// Not an `EXECUTE` of a statement made with Parse: handled as any Query.
@@ -633,6 +677,13 @@ impl Executed {
 
 /// Where the statement name of `EXECUTE name ...` (the statement's second token, quotes
 /// included) lies in `sql`.
+/// Whether `srv` holds this very statement (not an older one under the same name).
+fn holds(srv: &ServerState, kept: &Kept) -> bool {
+    srv.statements
+        .held(&kept.server_name)
+        .is_some_and(|h| h.id == kept.id)
+}
+
 fn execute_name_span(sql: &[u8]) -> Option<(usize, usize)> {
     let stmt = lex::statements(sql).next()?;
     let mut t = lex::Tokens::new(stmt);

@@ -10,7 +10,7 @@ use tokio::task::block_in_place;
 use crate::core::create_db;
 use crate::session_state::one;
 use crate::support::metrics::{metric_or_zero, scrape};
-use crate::support::raw::{batch, bind, execute, first_col, parse, query, sync, tags, Raw};
+use crate::support::raw::{batch, bind, close, execute, first_col, parse, query, sync, tags, Raw};
 use crate::support::{self, Pooler};
 
 const USER: &str = "droid";
@@ -259,6 +259,38 @@ async fn a_reload_turns_track_on_for_a_user() {
     assert_eq!(pinned(&p, db), 0.0);
 }
 
+/// A pooler in transaction mode with `track_prepared` and `session_state: track`, `size`
+/// servers, on a new database `db`.
+fn start_prepared(db: &str, size: usize) -> Pooler {
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "pool:\n  size: {size}\n  mode: transaction\n  track_prepared: true\n  \
+         session_state: track\nauth:\n  user_methods:\n    {USER}: trust\n"
+    );
+    block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
+}
+
+/// One step's answer: its message tags, SQLSTATEs, DataRows' first columns and the closing
+/// transaction status.
+type Answer = (String, Vec<String>, Vec<String>, Option<u8>);
+
+/// Runs `steps` on one new connection to `port`, each to its ReadyForQuery.
+async fn answers(port: u16, db: &str, steps: &[Vec<u8>]) -> Vec<Answer> {
+    let mut c = Raw::connect(port, USER, db).await;
+    let mut run = Vec::new();
+    for step in steps {
+        c.send(step).await;
+        let frames = c.until_ready().await;
+        let of = |tag: u8| frames.iter().filter(move |f| f.tag == tag);
+        let codes = of(b'E').map(crate::support::raw::sqlstate).collect();
+        let values = of(b'D').filter_map(first_col).collect();
+        let status = frames.last().map(|f| f.body()[0]);
+        run.push((tags(&frames), codes, values, status));
+    }
+    run
+}
+
 /// `DEALLOCATE name` in SQL of a statement the client made with Parse (psycopg 3 with libpq
 /// before 17 evicts its statements so) does what it does directly, with
 /// `--track-prepared`: the statement is gone, its name is free again, a use of it or a second
@@ -268,12 +300,7 @@ async fn a_reload_turns_track_on_for_a_user() {
 async fn sql_deallocate_of_a_protocol_statement() {
     let db = "tr_dealloc";
     let pg = support::shared();
-    create_db(pg, db);
-    let yaml = format!(
-        "pool:\n  size: 2\n  mode: transaction\n  track_prepared: true\n  \
-         session_state: track\nauth:\n  user_methods:\n    {USER}: trust\n"
-    );
-    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let p = start_prepared(db, 2);
     let use_it = || batch(&[bind("", "ps_q", &[]), execute(""), sync()]);
     let steps: Vec<Vec<u8>> = vec![
         batch(&[parse("ps_q", "select 41 + 1"), sync()]),
@@ -296,30 +323,69 @@ async fn sql_deallocate_of_a_protocol_statement() {
         query("ROLLBACK").to_vec(),
         use_it(),
     ];
-    let mut seen = Vec::new();
-    for port in [pg.port, p.port()] {
-        let mut c = Raw::connect(port, USER, db).await;
-        let mut run = Vec::new();
-        for step in &steps {
-            c.send(step).await;
-            let frames = c.until_ready().await;
-            let codes: Vec<String> = frames
-                .iter()
-                .filter(|f| f.tag == b'E')
-                .map(crate::support::raw::sqlstate)
-                .collect();
-            let status = frames.last().map(|f| f.body()[0]);
-            run.push((tags(&frames), codes, status));
-        }
-        seen.push(run);
-    }
-    assert_eq!(seen[0][2], ("CZ".into(), vec![], Some(b'I')), "direct");
+    let seen = [
+        answers(pg.port, db, &steps).await,
+        answers(p.port(), db, &steps).await,
+    ];
+    assert_eq!(
+        seen[0][2],
+        ("CZ".into(), vec![], vec![], Some(b'I')),
+        "direct"
+    );
     assert_eq!(seen[0][3].1, vec!["26000".to_owned()], "direct");
     assert_eq!(seen[0][15].1, vec!["25P02".to_owned()], "direct");
     assert_eq!(
         seen[0][17].0, "2DCZ",
         "direct: kept through the refused DEALLOCATE"
     );
+    assert_eq!(seen[1], seen[0], "through the pooler, as directly");
+}
+
+/// A statement the client drops while it holds a server (`DEALLOCATE name` in SQL, as
+/// psycopg 3 evicts, or Close S) leaves that server too: the server lists only what the
+/// client still has, as it does directly (psycopg's `test_evict_lru_deallocate` reads
+/// `pg_prepared_statements`), also after it made the name again. The same steps run
+/// directly and through the pooler with `session_state: track`, and each step's messages,
+/// values and SQLSTATEs must be the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_statement_leaves_the_held_server() {
+    let db = "tr_dropped";
+    let pg = support::shared();
+    let p = start_prepared(db, 1);
+    let listed = || {
+        query("select count(*)::text || ':' || coalesce(string_agg(statement, ',' order by statement), '') from pg_prepared_statements")
+    };
+    let steps: Vec<Vec<u8>> = vec![
+        query("BEGIN").to_vec(),
+        batch(&[
+            parse("ps_a", "select 1"),
+            parse("ps_b", "select 2"),
+            parse("ps_c", "select 3"),
+            sync(),
+        ]),
+        listed().to_vec(),
+        query("DEALLOCATE ps_a").to_vec(),
+        batch(&[close(b'S', "ps_b"), sync()]),
+        listed().to_vec(),
+        // Made again under a dropped name: the new one is listed, and dropped in turn.
+        batch(&[parse("ps_a", "select 4"), sync()]),
+        listed().to_vec(),
+        query("deallocate \"ps_a\"").to_vec(),
+        listed().to_vec(),
+        query("COMMIT").to_vec(),
+        batch(&[bind("", "ps_a", &[]), execute(""), sync()]),
+        batch(&[bind("", "ps_b", &[]), execute(""), sync()]),
+        batch(&[bind("", "ps_c", &[]), execute(""), sync()]),
+    ];
+    let seen = [
+        answers(pg.port, db, &steps).await,
+        answers(p.port(), db, &steps).await,
+    ];
+    assert_eq!(seen[0][2].2, vec!["3:select 1,select 2,select 3"], "direct");
+    assert_eq!(seen[0][5].2, vec!["1:select 3"], "direct");
+    assert_eq!(seen[0][9].2, vec!["1:select 3"], "direct");
+    assert_eq!(seen[0][11].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(seen[0][13].2, vec!["3"], "direct");
     assert_eq!(seen[1], seen[0], "through the pooler, as directly");
 }
 
@@ -334,12 +400,7 @@ async fn sql_deallocate_of_a_protocol_statement() {
 async fn sql_execute_of_a_protocol_statement() {
     let db = "tr_execute";
     let pg = support::shared();
-    create_db(pg, db);
-    let yaml = format!(
-        "pool:\n  size: 2\n  mode: transaction\n  track_prepared: true\n  \
-         session_state: track\nauth:\n  user_methods:\n    {USER}: trust\n"
-    );
-    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let p = start_prepared(db, 2);
     // (own step, or the other client's) in order.
     let steps: Vec<(bool, Vec<u8>)> = vec![
         (true, batch(&[parse("ps_x", "select 41 + 1"), sync()])),
