@@ -234,8 +234,7 @@ impl<'a> Session<'a> {
     /// [`Session::wait_readable`] itself, called directly: one future level less per
     /// transaction.
     fn idle_timeout(&self) -> Option<std::time::Duration> {
-        let idle = self.shared.config.load().client.idle_timeout;
-        (!idle.is_zero()).then_some(idle)
+        self.relay.policy().client_idle_timeout()
     }
 
     /// Waits for the idle client to send something within `idle` (its idle timeout), or

@@ -39,7 +39,8 @@ pub struct Policy {
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
-    timeouts_ms: [u32; 3],
+    /// The transaction timeouts (see [`Policy::has_timeouts`]), then `client.idle_timeout`.
+    timeouts_ms: [u32; 4],
 }
 
 /// A size as the policy keeps it, saturating at 4 GiB.
@@ -76,6 +77,7 @@ impl Policy {
                 millis(p.query_timeout),
                 millis(p.idle_transaction_timeout),
                 millis(p.transaction_timeout),
+                millis(cfg.client.idle_timeout),
             ],
         }
     }
@@ -118,7 +120,14 @@ impl Policy {
 
     /// Whether any of the pooler's own timeouts is on.
     pub fn has_timeouts(&self) -> bool {
-        self.timeouts_ms != [0; 3]
+        self.timeouts_ms[..3] != [0; 3]
+    }
+
+    /// `client.idle_timeout`, if one is set: read here rather than from the configuration
+    /// on each idle wait (a reload applies from the client's next transaction).
+    pub fn client_idle_timeout(&self) -> Option<Duration> {
+        let ms = self.timeouts_ms[3];
+        (ms != 0).then(|| Duration::from_millis(ms.into()))
     }
 
     pub fn is_session(&self) -> bool {

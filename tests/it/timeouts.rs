@@ -244,3 +244,62 @@ async fn cancel_wait_timeout_gives_up_on_a_black_holed_cancel() {
     let states = backends(db).await;
     assert!(states.iter().all(|s| s == "idle"), "{states:?}");
 }
+
+/// `client.idle_timeout`: a client idle outside a transaction is told why (FATAL 08P01
+/// `client_idle_timeout`) and closed; one that keeps sending within it stays. Set by a
+/// reload, it applies from the client's next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_idle_timeout_closes_an_idle_client() {
+    let db = "to_client_idle";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = |idle: &str| {
+        format!("pool:\n  size: 2\n  mode: transaction\nclient:\n  idle_timeout: {idle}\n")
+    };
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml("0s"), &[]));
+    let mut busy = Raw::connect(p.port(), USER, db).await;
+    let mut idle = Raw::connect(p.port(), USER, db).await;
+    idle.send(&query("select 1")).await;
+    idle.until_ready().await;
+    std::fs::write(p.config_path().expect("config file"), yaml("600ms")).unwrap();
+    let (status, _) = p.admin_post("/reload");
+    assert_eq!(status, 202);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for c in [&mut busy, &mut idle] {
+        c.send(&query("select 1")).await;
+        assert_eq!(tags(&c.until_ready().await), "TDCZ");
+    }
+    // `busy` sends every 200 ms for 1.5 s; `idle` sends nothing.
+    let t0 = Instant::now();
+    let keep_busy = async {
+        while t0.elapsed() < Duration::from_millis(1500) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            busy.send(&query("select 1")).await;
+            assert_eq!(tags(&busy.until_ready().await), "TDCZ");
+        }
+    };
+    let watch_idle = async {
+        let fatal = idle.recv().await;
+        let waited = t0.elapsed();
+        assert_eq!(fatal.tag, b'E');
+        assert_eq!(sqlstate(&fatal), "08P01");
+        let text = String::from_utf8_lossy(fatal.body()).into_owned();
+        assert!(
+            text.contains("FATAL") && text.contains("client_idle_timeout"),
+            "{text}"
+        );
+        assert!(idle.closed_within(Duration::from_secs(2)).await);
+        waited
+    };
+    let ((), waited) = tokio::join!(keep_busy, watch_idle);
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_millis(1400),
+        "{waited:?}"
+    );
+    busy.send(&query("select 2")).await;
+    assert_eq!(
+        tags(&busy.until_ready().await),
+        "TDCZ",
+        "the busy client stays"
+    );
+}
