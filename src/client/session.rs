@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use tokio_util::io::poll_read_buf;
 
-use super::checkout::Taken;
 use super::error::{ClientError, Loss};
 use super::timer::Timer;
 use crate::cancel::CancelSlot;
@@ -436,32 +435,22 @@ impl<'a> Session<'a> {
                     return Ok(Flow::Quit);
                 }
                 Next::NeedServer { tag } => {
+                    // Awaited here, not through a future of its own: most transactions wait
+                    // when clients outnumber servers, and each level is polled on each wake.
                     if let Err(taken) = self.acquire_now() {
-                        self.wait(Some((tag, taken))).await?;
+                        match self.acquire(taken).await {
+                            Ok(()) => {}
+                            Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe)?,
+                            Err(other) => return Err(other),
+                        }
                     }
                 }
-                // One wait for both (each await is a state of this hot future).
-                Next::Subscribe => self.wait(None).await?,
+                // Boxed: rare, and this future stays the size it was.
+                Next::Subscribe => Box::pin(self.subscribe()).await,
             }
         }
         self.finish_round().await?;
         Ok(Flow::Continue)
-    }
-
-    /// Waits for a server (`Some`: for the message of type `tag`; a refusal is answered to
-    /// the client), or (`None`) does the client's `LISTEN`/`UNLISTEN`.
-    async fn wait(&mut self, server: Option<(u8, Taken)>) -> Result<(), ClientError> {
-        let Some((tag, taken)) = server else {
-            Box::pin(self.subscribe()).await;
-            return Ok(());
-        };
-        // Not boxed: a wait is a small future (the idle check and the settings sync, which
-        // are not, are boxed inside it when due).
-        match self.acquire(taken).await {
-            Ok(()) => Ok(()),
-            Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe),
-            Err(other) => Err(other),
-        }
     }
 
     /// Feeds what the server sent to the relay, then ends the round.

@@ -76,6 +76,7 @@ impl ServerState {
     /// Whether a client with `client`'s settings (and `settings` made by SQL) needs no sync here: an earlier check found
     /// none needed for the same settings and nothing reported since has changed. Saves
     /// comparing every setting on each checkout.
+    #[inline(always)]
     pub fn in_sync_with(&self, client: &ClientParams, settings: &Settings) -> bool {
         self.applied.is_empty()
             && self.settings == *settings
