@@ -376,12 +376,24 @@ async fn a_dropped_statement_leaves_the_held_server() {
         batch(&[bind("", "ps_a", &[]), execute(""), sync()]),
         batch(&[bind("", "ps_b", &[]), execute(""), sync()]),
         batch(&[bind("", "ps_c", &[]), execute(""), sync()]),
+        // A name that needs quoting: a quote and a space.
+        query("BEGIN").to_vec(),
+        batch(&[parse("we\"ird x", "select 5"), sync()]),
+        query("DEALLOCATE \"we\"\"ird x\"").to_vec(),
+        listed().to_vec(),
+        query("COMMIT").to_vec(),
     ];
     let seen = [
         answers(pg.port, db, &steps).await,
         answers(p.port(), db, &steps).await,
     ];
     assert_eq!(seen[0][2].2, vec!["3:select 1,select 2,select 3"], "direct");
+    assert_eq!(
+        seen[0][16],
+        ("CZ".into(), vec![], vec![], Some(b'T')),
+        "direct"
+    );
+    assert_eq!(seen[0][17].2, vec!["1:select 3"], "direct");
     assert_eq!(seen[0][5].2, vec!["1:select 3"], "direct");
     assert_eq!(seen[0][9].2, vec!["1:select 3"], "direct");
     assert_eq!(seen[0][11].1, vec!["26000".to_owned()], "direct");
