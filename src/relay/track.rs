@@ -164,7 +164,14 @@ impl Log {
     /// Commits `change` into `settings` (the client's) and onto `srv`, unless the server
     /// reports the parameter itself (ParameterStatus keeps those). False for a new entry
     /// beyond [`MAX_FOLLOWED`]: not followed (the caller pins).
-    fn apply(change: &Step, settings: &mut Settings, srv: &mut ServerState) -> bool {
+    /// A `DEALLOCATE name` of no SQL statement of the client's is put in `dropped`: it may
+    /// be one the client made with Parse.
+    fn apply(
+        change: &Step,
+        settings: &mut Settings,
+        srv: &mut ServerState,
+        dropped: &mut Vec<String>,
+    ) -> bool {
         let full = |kind, name: &str| settings.len() >= MAX_FOLLOWED && !settings.has(kind, name);
         match change {
             Step::Set { name, replay } => {
@@ -191,6 +198,9 @@ impl Log {
                 srv.settings.set(Kind::Prepared, name, sql.clone());
             }
             Step::Deallocate(Some(name)) => {
+                if !settings.has(Kind::Prepared, name) {
+                    dropped.push(name.clone());
+                }
                 settings.reset(Kind::Prepared, name);
                 srv.settings.reset(Kind::Prepared, name);
             }
@@ -215,7 +225,7 @@ impl Log {
 
     /// The batch was answered (its last ReadyForQuery, `status`): commits what it committed.
     /// Returns false when what the server now holds cannot be known (the caller pins).
-    fn settle(&mut self, status: u8, srv: &mut ServerState) -> bool {
+    fn settle(&mut self, status: u8, srv: &mut ServerState, dropped: &mut Vec<String>) -> bool {
         let batch = std::mem::take(&mut self.batch);
         let units = std::mem::take(&mut self.units);
         let failed = std::mem::take(&mut self.failed);
@@ -246,7 +256,7 @@ impl Log {
         }
         if sure {
             for c in &committed {
-                sure &= Self::apply(c, &mut self.settings, srv);
+                sure &= Self::apply(c, &mut self.settings, srv, dropped);
             }
         }
         if !explicit || !sure {
@@ -385,8 +395,16 @@ impl Relay {
         let Some(log) = self.client.log.as_deref_mut() else {
             return;
         };
-        if !log.settle(self.batch.status, srv) {
+        let mut dropped = Vec::new();
+        if !log.settle(self.batch.status, srv, &mut dropped) {
             self.pin_to(srv.id, Pin::Setting);
+        }
+        // A `DEALLOCATE` that ran on `srv` of a statement made with Parse (the Parse's text
+        // was given the server's name): the client's statement and this server's copy are gone.
+        for name in dropped {
+            if let Some(kept) = self.statements.remove(name.as_bytes()) {
+                srv.statements.remove(&kept.server_name);
+            }
         }
     }
 
@@ -418,7 +436,7 @@ mod tests {
             log.batch = steps.to_vec();
             log.units = steps.iter().filter(|s| **s == Step::End).count() as u32;
             log.failed = *failed;
-            sure &= log.settle(*status, &mut srv);
+            sure &= log.settle(*status, &mut srv, &mut Vec::new());
         }
         assert_eq!(
             log.settings, srv.settings,

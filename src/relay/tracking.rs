@@ -170,30 +170,17 @@ impl Relay {
         let Ok(sql) = f::query_text(msg) else {
             return DeallocateKept::No;
         };
-        let mut found = Vec::new();
-        effects(sql, &mut found);
-        let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
+        let Some((name, kept)) = self.deallocated(sql) else {
             return DeallocateKept::No;
         };
-        if self.sql_prepared(name) {
-            return DeallocateKept::No;
-        }
-        let Some(kept) = self.statements.remove(name.as_bytes()) else {
-            return DeallocateKept::No;
-        };
+        self.statements.remove(&name);
         if let Some(srv) = srv.filter(|s| holds(s, &kept)) {
             srv.statements.remove(&kept.server_name);
             let mut query = BytesMut::new();
             let at = begin(&mut query, f::QUERY_TAG);
-            // Quoted byte by byte: the name is in the client's encoding, as the text is.
-            query.put_slice(b"DEALLOCATE \"");
-            for &b in kept.server_name.iter() {
-                if b == b'"' {
-                    query.put_u8(b'"');
-                }
-                query.put_u8(b);
-            }
-            query.put_slice(b"\"\0");
+            query.put_slice(b"DEALLOCATE ");
+            put_ident(&mut query, &kept.server_name);
+            query.put_u8(0);
             finish(&mut query, at);
             return DeallocateKept::Rewritten(query);
         }
@@ -297,32 +284,79 @@ impl Relay {
         })
     }
 
-    /// A Parse whose text is `EXECUTE name ...` of a statement the client made with Parse
-    /// (`pool.session_state: track`; asyncpg runs `EXECUTE` so): the Parse with the server's
-    /// name in the text, and that statement's client name (the server must hold it wherever
-    /// this one is used). `None` for any other Parse: the first byte of the text rules out
-    /// almost all of them.
-    fn execute_parse(&self, msg: &[u8], span: f::NameSpan) -> Option<(BytesMut, Bytes)> {
+    /// The statement made with Parse that a `DEALLOCATE [PREPARE] name` text drops, with its
+    /// client name, if that is what `sql` is (one namespace: a name the client made with SQL
+    /// `PREPARE` is not one).
+    fn deallocated(&self, sql: &[u8]) -> Option<(Bytes, Arc<Kept>)> {
+        let mut found = Vec::new();
+        effects(sql, &mut found);
+        let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
+            return None;
+        };
+        if self.sql_prepared(name) {
+            return None;
+        }
+        let kept = self.statements.get(name.as_bytes())?.clone();
+        Some((Bytes::copy_from_slice(name.as_bytes()), kept))
+    }
+
+    /// A Parse whose text is `EXECUTE name ...` (asyncpg runs `EXECUTE` so) or `DEALLOCATE
+    /// name` (psycopg 3 in pipeline mode with libpq before 17 evicts so) of a statement the
+    /// client made with Parse (`pool.session_state: track`): the Parse with the server's name
+    /// in the text, and that statement's client name (the server must hold it wherever this
+    /// one is used). A `DEALLOCATE` takes the client's statement away when it has run
+    /// ([`Relay::settle_settings`]). `None` for any other Parse: the first byte of the text
+    /// rules out almost all of them.
+    fn kept_parse(&self, msg: &[u8], span: f::NameSpan) -> Option<(BytesMut, Bytes)> {
         let text_at = span.start + span.len + 1;
         if !self.policy.track_settings
             || !matches!(
                 msg.get(text_at),
-                Some(b'e' | b'E' | b' ' | b'\t' | b'\n' | b'\r' | b'/' | b'-')
+                Some(b'e' | b'E' | b'd' | b'D' | b' ' | b'\t' | b'\n' | b'\r' | b'/' | b'-')
             )
         {
             return None;
         }
+        let first = msg[text_at];
         let rest = &msg[text_at..];
         let end = memchr::memchr(0, rest)?;
         let sql = &rest[..end];
-        let run = self.executed(sql).filter(|r| r.name != span.get(msg))?;
-        let mut out = BytesMut::with_capacity(msg.len() + run.kept.server_name.len());
+        let mut out = BytesMut::with_capacity(msg.len() + 66);
         let at = begin(&mut out, f::PARSE_TAG);
         out.put_slice(&msg[HEADER_LEN..text_at]);
-        run.write_renamed(&mut out, sql);
+        // Read once for the word its first letter names (twice only after a blank or comment).
+        let run = if matches!(first, b'd' | b'D') {
+            None
+        } else {
+            self.executed(sql)
+        };
+        let dep = match run {
+            Some(run) => {
+                run.write_renamed(&mut out, sql);
+                run.name
+            }
+            None if matches!(first, b'e' | b'E') => return None,
+            // A `DELETE` is not lexed again here.
+            None if matches!(first, b'd' | b'D')
+                && !sql
+                    .get(..10)
+                    .is_some_and(|w| w.eq_ignore_ascii_case(b"deallocate")) =>
+            {
+                return None
+            }
+            None => {
+                let (name, kept) = self.deallocated(sql)?;
+                out.put_slice(b"DEALLOCATE ");
+                put_ident(&mut out, &kept.server_name);
+                name
+            }
+        };
+        if dep == span.get(msg) {
+            return None;
+        }
         out.put_slice(&rest[end..]);
         finish(&mut out, at);
-        Some((out, run.name))
+        Some((out, dep))
     }
 
     fn tracked_parse<I: Io>(
@@ -332,7 +366,7 @@ impl Relay {
         io: &mut I,
     ) -> Result<(), ClientFault> {
         let span = f::parse_statement(msg)?;
-        let rewritten = self.execute_parse(msg, span);
+        let rewritten = self.kept_parse(msg, span);
         let (msg, needs) = match &rewritten {
             Some((m, dep)) => (&m[..], Some(dep.clone())),
             None => (msg, None),
@@ -666,17 +700,16 @@ struct Executed {
 }
 
 impl Executed {
-    /// `sql` with the server's name in place of the client's.
+    /// `sql` with the server's name in place of the client's, quoted (the client's may have
+    /// been, and a server name keeps the client's case).
     fn write_renamed(&self, out: &mut BytesMut, sql: &[u8]) {
         let (start, end) = self.span;
         out.put_slice(&sql[..start]);
-        out.put_slice(&self.kept.server_name);
+        put_ident(out, &self.kept.server_name);
         out.put_slice(&sql[end..]);
     }
 }
 
-/// Where the statement name of `EXECUTE name ...` (the statement's second token, quotes
-/// included) lies in `sql`.
 /// Whether `srv` holds this very statement (not an older one under the same name).
 fn holds(srv: &ServerState, kept: &Kept) -> bool {
     srv.statements
@@ -684,6 +717,21 @@ fn holds(srv: &ServerState, kept: &Kept) -> bool {
         .is_some_and(|h| h.id == kept.id)
 }
 
+/// `name` as an SQL identifier: double-quoted, quotes doubled, byte by byte (a statement name
+/// is in the client's encoding, as the text around it is).
+fn put_ident(out: &mut BytesMut, name: &[u8]) {
+    out.put_u8(b'"');
+    for &b in name {
+        if b == b'"' {
+            out.put_u8(b'"');
+        }
+        out.put_u8(b);
+    }
+    out.put_u8(b'"');
+}
+
+/// Where the statement name of `EXECUTE name ...` (the statement's second token, quotes
+/// included) lies in `sql`.
 fn execute_name_span(sql: &[u8]) -> Option<(usize, usize)> {
     let stmt = lex::statements(sql).next()?;
     let mut t = lex::Tokens::new(stmt);

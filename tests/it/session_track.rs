@@ -10,7 +10,9 @@ use tokio::task::block_in_place;
 use crate::core::create_db;
 use crate::session_state::one;
 use crate::support::metrics::{metric_or_zero, scrape};
-use crate::support::raw::{batch, bind, close, execute, first_col, parse, query, sync, tags, Raw};
+use crate::support::raw::{
+    batch, bind, close, describe, execute, first_col, parse, query, sync, tags, Raw,
+};
 use crate::support::{self, Pooler};
 
 const USER: &str = "droid";
@@ -280,15 +282,52 @@ async fn answers(port: u16, db: &str, steps: &[Vec<u8>]) -> Vec<Answer> {
     let mut c = Raw::connect(port, USER, db).await;
     let mut run = Vec::new();
     for step in steps {
-        c.send(step).await;
-        let frames = c.until_ready().await;
-        let of = |tag: u8| frames.iter().filter(move |f| f.tag == tag);
-        let codes = of(b'E').map(crate::support::raw::sqlstate).collect();
-        let values = of(b'D').filter_map(first_col).collect();
-        let status = frames.last().map(|f| f.body()[0]);
-        run.push((tags(&frames), codes, values, status));
+        run.push(answer(&mut c, step).await);
     }
     run
+}
+
+/// Sends `step` and reads its answer to the ReadyForQuery.
+async fn answer(c: &mut Raw, step: &[u8]) -> Answer {
+    c.send(step).await;
+    let frames = c.until_ready().await;
+    let of = |tag: u8| frames.iter().filter(move |f| f.tag == tag);
+    let codes = of(b'E').map(crate::support::raw::sqlstate).collect();
+    let values = of(b'D').filter_map(first_col).collect();
+    let status = frames.last().map(|f| f.body()[0]);
+    (tags(&frames), codes, values, status)
+}
+
+/// Runs `steps` on two new connections to `port`, each on the client's own connection
+/// (`true`) or on the other one, each to its ReadyForQuery. Returns the answers, and the
+/// client's backend pid after each of its steps that left it idle.
+async fn answers_of_two(
+    port: u16,
+    db: &str,
+    steps: &[(bool, Vec<u8>)],
+) -> (Vec<Answer>, Vec<String>) {
+    let mut own = Raw::connect(port, USER, db).await;
+    let mut other = Raw::connect(port, USER, db).await;
+    let mut run = Vec::new();
+    let mut pids = Vec::new();
+    for (mine, step) in steps {
+        let c = if *mine { &mut own } else { &mut other };
+        let a = answer(c, step).await;
+        let idle = a.3 == Some(b'I');
+        run.push(a);
+        if *mine && idle {
+            pids.push(raw_one(&mut own, "select pg_backend_pid()").await);
+        }
+    }
+    (run, pids)
+}
+
+/// Whether the pids the client reported name more than one server.
+fn moved(pids: &[String]) -> bool {
+    let mut distinct = pids.to_vec();
+    distinct.sort();
+    distinct.dedup();
+    distinct.len() > 1
 }
 
 /// `DEALLOCATE name` in SQL of a statement the client made with Parse (psycopg 3 with libpq
@@ -472,36 +511,9 @@ async fn sql_execute_of_a_protocol_statement() {
             ]),
         ),
     ];
-    let mut seen = Vec::new();
-    let mut pids = Vec::new();
-    for port in [pg.port, p.port()] {
-        let mut own = Raw::connect(port, USER, db).await;
-        let mut other = Raw::connect(port, USER, db).await;
-        let mut run = Vec::new();
-        let mut own_pids = Vec::new();
-        for (mine, step) in &steps {
-            let c = if *mine { &mut own } else { &mut other };
-            c.send(step).await;
-            let frames = c.until_ready().await;
-            let codes: Vec<String> = frames
-                .iter()
-                .filter(|f| f.tag == b'E')
-                .map(crate::support::raw::sqlstate)
-                .collect();
-            let values: Vec<String> = frames
-                .iter()
-                .filter(|f| f.tag == b'D')
-                .filter_map(first_col)
-                .collect();
-            let status = frames.last().map(|f| f.body()[0]);
-            run.push((tags(&frames), codes, values, status));
-            if *mine && status == Some(b'I') {
-                own_pids.push(raw_one(&mut own, "select pg_backend_pid()").await);
-            }
-        }
-        seen.push(run);
-        pids.push(own_pids);
-    }
+    let (direct, _) = answers_of_two(pg.port, db, &steps).await;
+    let (pooled, pids) = answers_of_two(p.port(), db, &steps).await;
+    let seen = [direct, pooled];
     assert_eq!(seen[0][1].2, vec!["42".to_owned()], "direct");
     assert_eq!(seen[0][7].1, vec!["26000".to_owned()], "direct");
     assert_eq!(seen[0][13].1, vec!["42P01".to_owned()], "direct");
@@ -512,8 +524,80 @@ async fn sql_execute_of_a_protocol_statement() {
     assert_eq!(seen[0][30].2, vec!["2".to_owned()], "direct");
     assert_eq!(seen[1], seen[0], "through the pooler, as directly");
     // Through the pooler the client really ran on two servers.
-    let mut distinct = pids[1].clone();
-    distinct.sort();
-    distinct.dedup();
-    assert!(distinct.len() > 1, "one server only: {:?}", pids[1]);
+    assert!(moved(&pids), "one server only: {pids:?}");
+}
+
+/// `DEALLOCATE name` sent with the extended protocol (psycopg 3 in pipeline mode with libpq
+/// before 17 evicts so) of a statement the client made with Parse does what it does directly
+/// under `track`: it runs on a server the client moved to (the statement replayed there first,
+/// so the DEALLOCATE finds it), the statement is gone once it ran (a use is 26000, a second
+/// `DEALLOCATE` too, the name is free again), also in a pipeline with more after it; a name
+/// with capitals is run and dropped by its quoted name, as directly. Another
+/// client holds the server the client just used, so it moves (the backend pid is asserted to
+/// change). Each step's messages, values and SQLSTATEs must be the same as directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_deallocate_of_a_protocol_statement() {
+    let db = "tr_ext_dealloc";
+    let pg = support::shared();
+    let p = start_prepared(db, 2);
+    let run = |name: &str| {
+        [
+            parse("", &format!("DEALLOCATE {name}")),
+            bind("", "", &[]),
+            describe(b'P', ""),
+            execute(""),
+        ]
+    };
+    let synced = |name: &str| {
+        let mut msgs = run(name).to_vec();
+        msgs.push(sync());
+        batch(&msgs)
+    };
+    let use_it = |name: &str| batch(&[bind("", name, &[]), execute(""), sync()]);
+    let mut pipeline = run("\"ps_b\"").to_vec();
+    pipeline.extend([
+        parse(
+            "",
+            "select count(*) from pg_prepared_statements where statement = 'select 2'",
+        ),
+        bind("", "", &[]),
+        execute(""),
+        sync(),
+    ]);
+    let steps: Vec<(bool, Vec<u8>)> = vec![
+        (
+            true,
+            batch(&[parse("ps_a", "select 1"), parse("ps_b", "select 2"), sync()]),
+        ),
+        (false, query("BEGIN").to_vec()),
+        (true, synced("ps_a")),
+        (false, query("ROLLBACK").to_vec()),
+        (true, use_it("ps_a")),
+        (true, use_it("ps_b")),
+        (true, synced("ps_a")),
+        (true, batch(&pipeline)),
+        (true, use_it("ps_b")),
+        (true, batch(&[parse("ps_b", "select 4"), sync()])),
+        (true, use_it("ps_b")),
+        // A name with capitals: the server's name keeps them, so it is quoted where the
+        // pooler writes it; unquoted, the client's is folded and not found, as directly.
+        (true, batch(&[parse("Ps_Q", "select 5"), sync()])),
+        (true, query("EXECUTE \"Ps_Q\"").to_vec()),
+        (true, query("EXECUTE Ps_Q").to_vec()),
+        (true, query("DEALLOCATE \"Ps_Q\"").to_vec()),
+    ];
+    let (direct, _) = answers_of_two(pg.port, db, &steps).await;
+    let (pooled, pids) = answers_of_two(p.port(), db, &steps).await;
+    assert_eq!(direct[2].0, "12nCZ", "direct");
+    assert_eq!(direct[4].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(direct[5].2, vec!["2".to_owned()], "direct");
+    assert_eq!(direct[6].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(direct[7].2, vec!["0".to_owned()], "direct");
+    assert_eq!(direct[8].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(direct[10].2, vec!["4".to_owned()], "direct");
+    assert_eq!(direct[12].2, vec!["5".to_owned()], "direct");
+    assert_eq!(direct[13].1, vec!["26000".to_owned()], "direct");
+    assert_eq!(direct[14].0, "CZ", "direct");
+    assert_eq!(pooled, direct, "through the pooler, as directly");
+    assert!(moved(&pids), "one server only: {pids:?}");
 }
