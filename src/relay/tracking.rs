@@ -321,38 +321,39 @@ impl Relay {
         let rest = &msg[text_at..];
         let end = memchr::memchr(0, rest)?;
         let sql = &rest[..end];
-        let mut out = BytesMut::with_capacity(msg.len() + 66);
-        let at = begin(&mut out, f::PARSE_TAG);
-        out.put_slice(&msg[HEADER_LEN..text_at]);
-        // Read once for the word its first letter names (twice only after a blank or comment).
-        let run = if matches!(first, b'd' | b'D') {
-            None
-        } else {
-            self.executed(sql)
-        };
-        let dep = match run {
-            Some(run) => {
-                run.write_renamed(&mut out, sql);
-                run.name
-            }
-            None if matches!(first, b'e' | b'E') => return None,
-            // A `DELETE` is not lexed again here.
-            None if matches!(first, b'd' | b'D')
-                && !sql
-                    .get(..10)
-                    .is_some_and(|w| w.eq_ignore_ascii_case(b"deallocate")) =>
+        // Read once for the word its first letter names (twice only after a blank or a
+        // comment); a `DELETE` is not lexed here at all.
+        let found = if matches!(first, b'd' | b'D') {
+            if !sql
+                .get(..10)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"deallocate"))
             {
-                return None
+                return None;
             }
-            None => {
-                let (name, kept) = self.deallocated(sql)?;
-                out.put_slice(b"DEALLOCATE ");
-                put_ident(&mut out, &kept.server_name);
-                name
-            }
+            KeptUse::Deallocate(self.deallocated(sql)?)
+        } else if let Some(run) = self.executed(sql) {
+            KeptUse::Execute(run)
+        } else if matches!(first, b'e' | b'E') {
+            return None;
+        } else {
+            KeptUse::Deallocate(self.deallocated(sql)?)
+        };
+        let dep = match &found {
+            KeptUse::Execute(run) => run.name.clone(),
+            KeptUse::Deallocate((name, _)) => name.clone(),
         };
         if dep == span.get(msg) {
             return None;
+        }
+        let mut out = BytesMut::with_capacity(msg.len() + prepared::MAX_NAME + 16);
+        let at = begin(&mut out, f::PARSE_TAG);
+        out.put_slice(&msg[HEADER_LEN..text_at]);
+        match found {
+            KeptUse::Execute(run) => run.write_renamed(&mut out, sql),
+            KeptUse::Deallocate((_, kept)) => {
+                out.put_slice(b"DEALLOCATE ");
+                put_ident(&mut out, &kept.server_name);
+            }
         }
         out.put_slice(&rest[end..]);
         finish(&mut out, at);
@@ -666,6 +667,14 @@ impl Relay {
         }
         self.events.client_prepares(self.id, client_name, srv.id);
     }
+}
+
+/// What a Parse's text does with a statement the client made with Parse
+/// ([`Relay::kept_parse`]).
+enum KeptUse {
+    Execute(Executed),
+    /// The client's name and the statement.
+    Deallocate((Bytes, Arc<Kept>)),
 }
 
 /// What [`Relay::deallocate_kept`] made of a simple Query.
