@@ -186,10 +186,9 @@ impl Relay {
         }
         // A simple Query drops the unnamed statement too.
         self.forget_unnamed();
-        let mut reply = BytesMut::new();
-        backend::command_complete(&mut reply, "DEALLOCATE");
-        backend::ready_for_query(&mut reply, self.batch.status);
-        self.client.cout.extend_from_slice(&reply);
+        // Nothing is owed (checked above): the answer goes straight to the client.
+        backend::command_complete(&mut self.client.cout, "DEALLOCATE");
+        backend::ready_for_query(&mut self.client.cout, self.batch.status);
         DeallocateKept::Answered
     }
 

@@ -46,9 +46,9 @@ const VALUE_STATEMENT: &[u8] = b"droid-pool value";
 
 /// Runs `sql`, a one-value query, on `conn` (idle, owing nothing) up to its ReadyForQuery:
 /// the first column of its first row, `None` for an error, a NULL or no row (the connection
-/// is in step either way). `Err` when the connection failed or the server broke the protocol. It runs as a named
-/// statement closed at once, not as a simple Query: a simple Query would drop the client's
-/// unnamed statement, which a pinned client may still bind.
+/// is in step either way). `Err` when the connection failed or the server broke the
+/// protocol. It runs as a named statement closed at once, not as a simple Query: a simple
+/// Query would drop the client's unnamed statement, which a pinned client may still bind.
 pub async fn query_value(conn: &mut ServerConn, sql: &str) -> Result<Option<Vec<u8>>, ServerError> {
     let mut out = BytesMut::new();
     frontend::parse(&mut out, VALUE_STATEMENT, sql);

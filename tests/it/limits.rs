@@ -339,9 +339,7 @@ async fn lowering_limits_by_reload_drops_nothing() {
     assert_eq!(backends(db), 3);
     let lowered = "pool:\n  size: 4\n  max_db_connections: 1\n  max_user_connections: 2\n\
                    client:\n  max_user_connections: 1\n";
-    std::fs::write(pooler.config_path().expect("config file"), lowered).unwrap();
-    let (status, _) = pooler.admin_post("/reload");
-    assert_eq!(status, 202);
+    pooler.reload_with(lowered);
     until("the lower limits in force", Duration::from_secs(5), || {
         pool_status(&pooler, db, "droid")["max_db_connections"] == 1
     })

@@ -40,9 +40,7 @@ fn configure_peers(poolers: [&Pooler; 2]) {
         .collect();
     for (i, p) in poolers.iter().enumerate() {
         let yaml = format!("peer_id: {}\npeers:\n{list}", i + 1);
-        std::fs::write(p.config_path().expect("config file"), yaml).unwrap();
-        let (code, body) = p.admin_post("/reload");
-        assert_eq!(code, 202, "{body}");
+        p.reload_with(&yaml);
     }
     let end = Instant::now() + Duration::from_secs(5);
     for p in poolers {

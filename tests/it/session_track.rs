@@ -251,9 +251,7 @@ async fn a_reload_turns_track_on_for_a_user() {
     let a = p.connect(USER, db).await;
     let b = p.connect(USER, db).await;
     assert_eq!(one(&a, "show work_mem").await, "4MB");
-    std::fs::write(p.config_path().expect("config file"), yaml("track")).unwrap();
-    let (status, _) = p.admin_post("/reload");
-    assert_eq!(status, 202);
+    p.reload_with(&yaml("track"));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     a.simple_query("SET work_mem = '3MB'").await.unwrap();
     assert_eq!(one(&b, "show work_mem").await, "4MB");

@@ -261,9 +261,7 @@ async fn client_idle_timeout_closes_an_idle_client() {
     let mut idle = Raw::connect(p.port(), USER, db).await;
     idle.send(&query("select 1")).await;
     idle.until_ready().await;
-    std::fs::write(p.config_path().expect("config file"), yaml("600ms")).unwrap();
-    let (status, _) = p.admin_post("/reload");
-    assert_eq!(status, 202);
+    p.reload_with(&yaml("600ms"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     for c in [&mut busy, &mut idle] {
         c.send(&query("select 1")).await;

@@ -106,10 +106,7 @@ async fn a_reload_moves_an_alias_to_other_hosts() {
     let c = pooler.connect(USER, "app").await;
     assert_eq!(whoami(&c).await.unwrap().0, a);
     c.batch_execute("begin").await.unwrap();
-    let path = pooler.config_path().expect("a config file").to_owned();
-    std::fs::write(&path, alias(b, 3)).unwrap();
-    let (code, _) = block_in_place(|| pooler.admin_post("/reload"));
-    assert_eq!(code, 202);
+    block_in_place(|| pooler.reload_with(&alias(b, 3)));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let s = block_in_place(|| pooler.status());

@@ -275,6 +275,17 @@ impl Pooler {
         self.config_path.as_deref()
     }
 
+    /// Writes `yaml` as the pooler's configuration file and asks for a reload (`POST
+    /// /reload`), which must be accepted (202).
+    pub fn reload_with(&self, yaml: &str) {
+        let path = self
+            .config_path()
+            .expect("the pooler was started with a config file");
+        std::fs::write(path, yaml).expect("config file written");
+        let (code, body) = self.admin_post("/reload");
+        assert_eq!(code, 202, "reload: {body}");
+    }
+
     /// Waits until `pred` holds for the `[POOL]` lines so far. Returns false
     /// on timeout or when stdout closed without it holding (and then prints
     /// stdout and the stderr tail to the test's output).
