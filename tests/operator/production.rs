@@ -227,13 +227,14 @@ async fn ready_waits_for_the_rollout_to_complete() {
         pc.status.as_ref().and_then(|s| s.observed_generation),
         pc.metadata.generation
     );
-    let text = op.metrics.render();
-    assert!(
-        text.contains(&format!(
-            "droid_pool_operator_poolconfig_condition{{namespace=\"{ns}\",poolconfig=\"orders\",type=\"Ready\"}} 1"
-        )),
-        "{text}"
+    // The gauge is set after the status is written: a reader may see the status first.
+    let ready = format!(
+        "droid_pool_operator_poolconfig_condition{{namespace=\"{ns}\",poolconfig=\"orders\",type=\"Ready\"}} 1"
     );
+    eventually("the Ready gauge at 1", || async {
+        op.metrics.render().contains(&ready).then_some(())
+    })
+    .await;
 
     // The pooler pods: restricted Pod Security settings, their own ServiceAccount, no token.
     let d = deploys.get("orders").await.expect("Deployment");
