@@ -22,6 +22,9 @@ pub struct Kept {
     /// The client's name of the statement this one's text runs (`EXECUTE name`): the server
     /// must hold that one too when this one is used.
     pub needs: Option<Bytes>,
+    /// Its text is a lone `LISTEN` or `UNLISTEN` (`track`): run without a server where it is
+    /// all its batch does, and pins the client where a server runs it.
+    pub subscribes: bool,
 }
 
 impl Kept {
@@ -68,6 +71,7 @@ impl ClientStatements {
         &mut self,
         name: Bytes,
         needs: Option<Bytes>,
+        subscribes: bool,
         rename: impl FnOnce(u64) -> (Bytes, Bytes),
     ) -> Arc<Kept> {
         self.next_id += 1;
@@ -79,6 +83,7 @@ impl ClientStatements {
             parse,
             confirmed: AtomicBool::new(false),
             needs,
+            subscribes,
         });
         if let Some(old) = self.map.insert(name, kept.clone()) {
             self.replaced.push((id, Some(old)));
@@ -402,7 +407,7 @@ mod tests {
     use super::*;
 
     fn named(s: &mut ClientStatements, name: &str) -> Arc<Kept> {
-        s.insert(Bytes::copy_from_slice(name.as_bytes()), None, |id| {
+        s.insert(Bytes::copy_from_slice(name.as_bytes()), None, false, |id| {
             (format!("p1_{name}_{id}").into(), Bytes::new())
         })
     }
@@ -516,11 +521,11 @@ mod tests {
         // Parse a (made), then in one batch: an error, Close a, Parse a, Parse a: all skipped.
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"a", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"a"), None, rename);
+        let a = c.insert(Bytes::from_static(b"a"), None, false, rename);
         c.confirm(b"a", a.id);
         let closed = c.remove(b"a").unwrap();
-        let second = c.insert(Bytes::from_static(b"a"), None, rename);
-        let third = c.insert(Bytes::from_static(b"a"), None, rename);
+        let second = c.insert(Bytes::from_static(b"a"), None, false, rename);
+        let third = c.insert(Bytes::from_static(b"a"), None, false, rename);
         c.restore(b"a", closed);
         c.reject(b"a", second.id);
         c.reject(b"a", third.id);
@@ -531,16 +536,16 @@ mod tests {
     fn replaced_statement_comes_back_when_its_successor_fails() {
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"p", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"p"), None, rename);
+        let a = c.insert(Bytes::from_static(b"p"), None, false, rename);
         assert_eq!(&a.server_name[..], b"p2_p");
         c.confirm(b"p", a.id);
         assert!(a.is_confirmed());
-        let b = c.insert(Bytes::from_static(b"p"), None, rename);
+        let b = c.insert(Bytes::from_static(b"p"), None, false, rename);
         assert_ne!(a.id, b.id);
         assert_eq!(c.reject(b"p", b.id).map(|k| k.id), Some(a.id));
         assert_eq!(c.get(b"p").map(|k| k.id), Some(a.id));
         let before = c.next_id();
-        let d = c.insert(Bytes::from_static(b"q"), None, rename);
+        let d = c.insert(Bytes::from_static(b"q"), None, false, rename);
         c.drop_older_than(before);
         assert!(c.get(b"p").is_none());
         assert_eq!(c.get(b"q").map(|k| k.id), Some(d.id));

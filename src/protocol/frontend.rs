@@ -124,6 +124,34 @@ pub fn bind_statement(msg: &[u8]) -> Result<NameSpan, ParseError> {
     })
 }
 
+/// A whole Parse's parts: its statement name, its text and how many parameter types it
+/// declares.
+pub fn parse_parts(msg: &[u8]) -> Result<(&[u8], &[u8], i16), ParseError> {
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
+    let name = c.cstr()?;
+    let text = c.cstr()?;
+    let n = c.i16()?;
+    Ok((name, text, n))
+}
+
+/// A whole Bind's portal and statement names and how many parameter values it carries.
+pub fn bind_parts(msg: &[u8]) -> Result<(&[u8], &[u8], i16), ParseError> {
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
+    let portal = c.cstr()?;
+    let stmt = c.cstr()?;
+    let formats = c.i16()?;
+    if formats < 0 {
+        return Err(ParseError::Invalid("negative format count"));
+    }
+    c.take(formats as usize * 2)?;
+    Ok((portal, stmt, c.i16()?))
+}
+
+/// The portal an Execute runs.
+pub fn execute_portal(msg: &[u8]) -> Result<&[u8], ParseError> {
+    Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?).cstr()
+}
+
 /// The target of Describe or Close: `b'S'` (statement) or `b'P'` (portal), and its name.
 pub fn describe_or_close_target(msg: &[u8]) -> Result<(u8, NameSpan), ParseError> {
     let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);

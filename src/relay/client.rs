@@ -6,6 +6,7 @@ use bytes::{Buf, BytesMut};
 use super::error::ClientFault;
 use super::pass::Pass;
 use super::pin::state_refusal;
+use super::subscribe;
 use super::tracking::{DeallocateKept, ExecuteKept};
 use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
 use crate::listen::Note;
@@ -13,7 +14,6 @@ use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
 use crate::server::{Owed, Request, ServerState};
-use crate::session_state::detect::{subscription as lone_subscription, Effect};
 
 /// Whether a Query text beginning with byte `b` may be a `DEALLOCATE`, `EXECUTE`, `LISTEN`
 /// or `UNLISTEN` (or begins with a blank or a comment): every other text skips those looks.
@@ -35,22 +35,6 @@ fn may_begin_hooked(b: u8) -> bool {
             | b'/'
             | b'-'
     )
-}
-
-/// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
-fn subscription(msg: &[u8]) -> Option<Subscribe> {
-    // A text that begins with neither word (nor a blank) is not scanned.
-    match msg.get(frame::HEADER_LEN)? {
-        b'l' | b'L' | b'u' | b'U' => {}
-        b if b.is_ascii_whitespace() => {}
-        _ => return None,
-    }
-    let sql = f::query_text(msg).ok()?;
-    match lone_subscription(sql)? {
-        Effect::Listen { channel } => Some(Subscribe::Listen(channel)),
-        Effect::Unlisten { channel } => Some(Subscribe::Unlisten(channel)),
-        _ => None,
-    }
 }
 
 /// At most this many replies owed by one server before the client's next message waits:
@@ -162,11 +146,18 @@ impl Relay {
                     }
                 }
                 if hooked {
-                    if let Some(sub) = subscription(&self.client.cbuf[..seen]) {
+                    if let Some(sub) = subscribe::of_query(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
                         self.client.subscribe = Some(Box::new(sub));
                         return Ok(Next::Subscribe);
                     }
+                }
+                if self.policy.track_settings
+                    && whole
+                    && self.may_subscribe_extended(tag)
+                    && self.extended_subscription()
+                {
+                    return Ok(Next::Subscribe);
                 }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
                     return Ok(Next::NeedServer { tag });

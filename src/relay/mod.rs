@@ -20,6 +20,7 @@ mod policy;
 mod replies;
 mod retry;
 mod settle;
+mod subscribe;
 #[cfg(test)]
 mod tests;
 mod timeouts;
@@ -181,6 +182,9 @@ pub struct Relay {
     /// Kept statements already counted in the gauge (at most
     /// `pool.max_client_prepared_statements`; 32 bits keep the idle client task small).
     kept_counted: u32,
+    /// The client keeps a statement whose text is a lone `LISTEN`/`UNLISTEN` (a Bind in
+    /// front is then checked for a batch the pool's listening connection serves).
+    subscribes: bool,
     /// The client's last unnamed Parse (tracking), replayed where the client binds or
     /// describes the unnamed statement on a server it did not parse it on: a driver may parse
     /// in one transaction and bind in the next (asyncpg does for statements too long for its
@@ -230,6 +234,7 @@ impl Relay {
             clock: Clock::default(),
             marks: None,
             kept_counted: 0,
+            subscribes: false,
             unnamed: None,
             metrics,
             events,

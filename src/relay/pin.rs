@@ -357,6 +357,22 @@ impl Relay {
         let parse = tag == f::PARSE_TAG;
         let mut found = Vec::new();
         effects(sql, &mut found);
+        if parse
+            && self.policy.tracking
+            && self.policy.track_settings
+            && !msg.get(HEADER_LEN).is_some_and(|&b| b == 0)
+            && whole
+            && matches!(
+                found[..],
+                [(_, Effect::Listen { .. } | Effect::Unlisten { .. })]
+            )
+            && super::subscribe::is_lone(msg)
+        {
+            // A named statement that is a lone `LISTEN`/`UNLISTEN`: run without a server
+            // where its batch does nothing else, and pinning where a server runs it
+            // (`Relay::pin_if_listens`), not where it is merely made.
+            found.clear();
+        }
         if tag == f::QUERY_TAG
             && found
                 .iter()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::ClientFault;
-use super::{error_fields, owe_on, Io, Relay};
+use super::{error_fields, owe_on, subscribe, Io, Relay};
 use crate::prepared::{self, Kept};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
@@ -251,6 +251,9 @@ impl Relay {
         run.write_renamed(&mut query, sql);
         query.put_u8(0);
         finish(&mut query, at);
+        if kept.subscribes {
+            self.pin_if_listens(srv.id, &kept.parse);
+        }
         ExecuteKept::Rewritten(query)
     }
 
@@ -439,12 +442,17 @@ impl Relay {
             same_name = Some(existing.server_name.clone());
         }
         let client = self.id;
-        let kept = self.statements.insert(name.clone(), needs, |id| {
-            let server_name = same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
-            let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
-            f::write_renamed(&mut renamed, msg, span, &server_name);
-            (server_name, renamed.freeze())
-        });
+        let subscribes = self.policy.track_settings && subscribe::is_lone(msg);
+        self.subscribes |= subscribes;
+        let kept = self
+            .statements
+            .insert(name.clone(), needs, subscribes, |id| {
+                let server_name =
+                    same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
+                let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
+                f::write_renamed(&mut renamed, msg, span, &server_name);
+                (server_name, renamed.freeze())
+            });
         self.batch.retry.disable();
         let owed = Owed::TrackedParse {
             name: name.clone(),
@@ -491,6 +499,9 @@ impl Relay {
             }
         }
         self.replay_if_missing(srv, &kept, name);
+        if kept.subscribes && req == Request::Bind {
+            self.pin_if_listens(srv.id, &kept.parse);
+        }
         let start = self.sout.len();
         if msg.len() < total {
             f::write_renamed_head(&mut self.sout, msg, span, &kept.server_name, total);
@@ -534,6 +545,10 @@ impl Relay {
             return None;
         };
         let srv = srv.expect(HELD);
+        if self.subscribes {
+            // A `LISTEN` the pool's listening connection served, run by a server now.
+            self.pin_if_listens(srv.id, &parse);
+        }
         self.sout.extend_from_slice(&parse);
         self.unnamed = Some(parse);
         self.batch.unnamed_here = true;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::task::block_in_place;
 
 use crate::core::create_db;
-use crate::support::raw::{tags, Raw};
+use crate::support::raw::{self, tags, Raw};
 use crate::support::{self, Pooler};
 use droid_pool::protocol::frame::Frame;
 
@@ -305,4 +305,140 @@ async fn a_departed_sender_is_still_named_by_its_key() {
             "round {i}"
         );
     }
+}
+
+/// A pool of one server with `track_prepared`, for the extended-protocol forms.
+fn start_tracked(db: &str) -> Pooler {
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+         session_state: track\n  track_prepared: true\n  query_wait_timeout: 5s\nauth:\n  \
+         user_methods:\n    {USER}: trust\n"
+    );
+    block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]))
+}
+
+/// The tags of a batch's answer, sent whole, within 2 s.
+async fn batch_tags(c: &mut Raw, msgs: &[bytes::BytesMut]) -> String {
+    c.send(&raw::batch(msgs)).await;
+    let f = tokio::time::timeout(Duration::from_secs(2), c.until_ready())
+        .await
+        .expect("the batch answered while the only server is held");
+    tags(&f)
+}
+
+/// `LISTEN`/`UNLISTEN` through the extended protocol, as JDBC sends it (one unnamed batch)
+/// and as tokio-postgres does (a named statement made in one batch, run in the next), holds
+/// no server either: answered while another client holds the pool's only server, with the
+/// messages PostgreSQL sends. Run by a server (inside a block), the statement pins the
+/// client, as any `LISTEN` a server runs does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_listen_holds_no_server() {
+    use crate::support::metrics::{metric_or_zero, scrape};
+    use futures_util::StreamExt;
+    use raw::{bind, describe, execute, parse, sync};
+
+    let db = "ls_ext";
+    let p = start_tracked(db);
+    let pg = support::shared();
+    let jdbc = |sql: &str| {
+        vec![
+            parse("", sql),
+            bind("", "", &[]),
+            describe(b'P', ""),
+            execute(""),
+            sync(),
+        ]
+    };
+
+    let described = vec![
+        parse("", "listen \"Other\""),
+        describe(b'S', ""),
+        bind("", "", &[]),
+        execute(""),
+        sync(),
+    ];
+
+    // What PostgreSQL answers, directly.
+    let mut d = Raw::connect(pg.port, USER, db).await;
+    let direct = batch_tags(&mut d, &jdbc("LISTEN ch")).await;
+    assert_eq!(direct, "12nCZ");
+    let direct_described = batch_tags(&mut d, &described).await;
+    assert_eq!(direct_described, "1tn2CZ");
+
+    // tokio-postgres makes each statement (the one message that needs a server), then runs
+    // it; its notifications come through its connection.
+    let url = format!("host=127.0.0.1 port={} user={USER} dbname={db}", p.port());
+    let (tp, mut conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut msgs = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = msgs.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    tp.execute("LISTEN ch", &[]).await.unwrap();
+    let listen = tp.prepare("LISTEN ch").await.unwrap();
+    let unlisten = tp.prepare("UNLISTEN ch").await.unwrap();
+
+    // B holds the only server in an open block while the others listen.
+    let (mut b, kb) = Raw::connect_keyed(p.port(), USER, db).await;
+    ok(&mut b, "begin; select 1").await;
+    let mut l1 = Raw::connect(p.port(), USER, db).await;
+    assert_eq!(batch_tags(&mut l1, &jdbc("LISTEN ch")).await, direct);
+    let mut l2 = Raw::connect(p.port(), USER, db).await;
+    assert_eq!(batch_tags(&mut l2, &described).await, direct_described);
+    // tokio-postgres runs its statement again: no Parse, no server.
+    tokio::time::timeout(Duration::from_secs(2), tp.execute(&listen, &[]))
+        .await
+        .expect("answered while the only server is held")
+        .unwrap();
+    ok(&mut b, "NOTIFY ch, 'one'; NOTIFY \"Other\", 'two'; commit").await;
+    assert_eq!(next_note(&mut l1).await, (kb.0, "ch".into(), "one".into()));
+    assert_eq!(next_note(&mut l2).await.1, "Other");
+    let got = tokio::time::timeout(Duration::from_secs(2), notes.recv()).await;
+    assert_eq!(got.expect("tokio-postgres notified"), Some("one".into()));
+
+    // UNLISTEN the same ways: nothing more comes.
+    ok(&mut b, "begin").await;
+    assert_eq!(batch_tags(&mut l1, &jdbc("UNLISTEN ch")).await, "12nCZ");
+    tokio::time::timeout(Duration::from_secs(2), tp.execute(&unlisten, &[]))
+        .await
+        .expect("answered while the only server is held")
+        .unwrap();
+    ok(&mut b, "NOTIFY ch, 'late'; commit").await;
+    assert!(l1.silent_for(Duration::from_millis(300)).await);
+    let late = tokio::time::timeout(Duration::from_millis(300), notes.recv()).await;
+    assert!(late.is_err(), "tokio-postgres unlistened: {late:?}");
+    let pins = || {
+        let m = scrape(&p);
+        metric_or_zero(&m, "droidpool_session_pins_total", &[("reason", "listen")])
+    };
+    assert_eq!(pins(), 0.0, "no client pinned so far");
+
+    // Run by a server, inside a block, the statement pins the client there: l2's unnamed
+    // statement bound again (replayed first), and tokio-postgres's named one.
+    // (A simple Query would drop the unnamed statement: the block opens with a named one.)
+    let in_block = [
+        parse("b", "begin"),
+        bind("", "b", &[]),
+        execute(""),
+        bind("", "", &[]),
+        execute(""),
+        sync(),
+    ];
+    l2.send(&raw::batch(&in_block)).await;
+    assert_eq!(tags(&l2.until_ready().await), "12C2CZ");
+    ok(&mut l2, "commit").await;
+    assert_eq!(pins(), 1.0);
+    drop(l2);
+    tp.batch_execute("begin").await.unwrap();
+    tp.execute(&listen, &[]).await.unwrap();
+    tp.batch_execute("commit").await.unwrap();
+    assert_eq!(pins(), 2.0);
 }
