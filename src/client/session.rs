@@ -663,6 +663,16 @@ impl<'a> Session<'a> {
                 self.relay.set_listening(false);
             }
         }
+        // `UNLISTEN`s a server ran for the client (in a block, beside other statements),
+        // committed.
+        let unlistened = self.relay.take_unlistened();
+        if let Some(inbox) = self.inbox.as_deref_mut().filter(|_| !unlistened.is_empty()) {
+            for channel in &unlistened {
+                self.pool.unlisten(self.relay.id(), channel.as_deref());
+                inbox.note(false, channel.as_deref());
+            }
+            self.relay.set_listening(!inbox.channels().is_empty());
+        }
         let now = self.relay.pinned().map(|p| p.label());
         if let Some(was) = self.cancel.pin() {
             self.member.unpin(was);

@@ -289,6 +289,12 @@ impl Pinning {
         }
     }
 
+    /// Something the driver follows changed (a committed `UNLISTEN`): it looks, as it does
+    /// at a pin's change.
+    pub(super) fn look(&mut self) {
+        self.check |= check::CHANGED;
+    }
+
     pub(super) fn has_pending(&self) -> bool {
         self.pending.is_some() || self.discard == 1 || self.check & check::RECHECK != 0
     }

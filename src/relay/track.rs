@@ -45,6 +45,9 @@ pub(super) enum Step {
     Deallocate(Option<String>),
     /// `DISCARD ALL`: settings and statements (outside a block only).
     DiscardAll,
+    /// `UNLISTEN ch` / `UNLISTEN *` (`None`) run by a server for a client that listens
+    /// through the pool's listening connection: that subscription ends when it commits.
+    Unlisten(Option<String>),
     Begin,
     Commit,
     Rollback,
@@ -73,6 +76,7 @@ impl Step {
                 sql: sql.as_str().into(),
             },
             Effect::Deallocate { name } => Step::Deallocate(name.clone()),
+            Effect::Unlisten { channel } => Step::Unlisten(channel.clone()),
             Effect::Begin => Step::Begin,
             Effect::Commit => Step::Commit,
             Effect::Rollback => Step::Rollback,
@@ -136,6 +140,8 @@ pub(super) struct Log {
     /// The unnamed statement's steps, and the portal bound to it with its steps.
     parsed: Option<Vec<Step>>,
     portal: Option<(Vec<u8>, Vec<Step>)>,
+    /// Committed `UNLISTEN`s not yet handed to the driver ([`Relay::take_unlistened`]).
+    unlistened: Vec<Option<String>>,
 }
 
 /// The portal name at the start of a Bind or Execute body.
@@ -242,7 +248,9 @@ impl Log {
                 sure = false;
             } else if controls || (!self.explicit && units > 1) {
                 // Which statement failed, and so on which side of a boundary, is unknown.
-                sure &= !changes && self.open.is_empty();
+                // (An `UNLISTEN` of unknown fate is dropped: the subscription stays, and the
+                // client may hear more than it would, never less.)
+                sure &= !changes && !self.open.iter().any(Step::changes);
             } else if self.explicit {
                 // The block has failed: what this batch changed is undone by its end, or by
                 // a rollback to a savepoint made before this batch.
@@ -255,8 +263,12 @@ impl Log {
             sure = self.walk(batch, &mut committed) && self.explicit == explicit;
         }
         if sure {
-            for c in &committed {
-                sure &= Self::apply(c, &mut self.settings, srv, dropped);
+            for c in committed {
+                if let Step::Unlisten(channel) = c {
+                    self.unlistened.push(channel);
+                    continue;
+                }
+                sure &= Self::apply(&c, &mut self.settings, srv, dropped);
             }
         }
         if !explicit || !sure {
@@ -322,10 +334,18 @@ impl Relay {
         whole: bool,
         found: &[(usize, Effect)],
     ) -> Option<Pin> {
-        let steps = || found.iter().filter_map(|(_, e)| Step::of(e));
+        // An `UNLISTEN` matters to a client that listens through the pool's connection
+        // (a server's own `LISTEN`s are the server's to end).
+        let listening = self.client.listening;
+        let steps = || {
+            found
+                .iter()
+                .filter_map(|(_, e)| Step::of(e))
+                .filter(move |s| listening || !matches!(s, Step::Unlisten(_)))
+        };
         let changes = steps().any(|s| s.changes());
         if self.client.log.is_none() {
-            if !changes {
+            if !changes && !steps().any(|s| matches!(s, Step::Unlisten(_))) {
                 return None;
             }
             self.client.log = Some(Box::new(Log::new(self.batch.status)));
@@ -396,7 +416,11 @@ impl Relay {
             return;
         };
         let mut dropped = Vec::new();
-        if !log.settle(self.batch.status, srv, &mut dropped) {
+        let sure = log.settle(self.batch.status, srv, &mut dropped);
+        if !log.unlistened.is_empty() {
+            self.client.pin.look();
+        }
+        if !sure {
             self.pin_to(srv.id, Pin::Setting);
         }
         // A `DEALLOCATE` that ran on `srv` of a statement made with Parse (the Parse's text
@@ -406,6 +430,16 @@ impl Relay {
                 srv.statements.remove(&kept.server_name);
             }
         }
+    }
+
+    /// The channels (`None`: all) of the committed `UNLISTEN`s a server ran for the client
+    /// since the last call: its subscriptions with the pool's listening connection end.
+    pub fn take_unlistened(&mut self) -> Vec<Option<String>> {
+        self.client
+            .log
+            .as_deref_mut()
+            .map(|l| std::mem::take(&mut l.unlistened))
+            .unwrap_or_default()
     }
 
     /// The settings this client has made by SQL (`track`), to be brought onto its servers.
@@ -451,6 +485,62 @@ mod tests {
     const I: u8 = b::TX_IDLE;
     const T: u8 = b::TX_IN_BLOCK;
     const E: u8 = b::TX_FAILED;
+
+    #[test]
+    fn an_unlisten_counts_when_it_commits_and_never_pins() {
+        /// Batches (steps, failed, status after).
+        type Batches = Vec<(Vec<Step>, bool, u8)>;
+        let un = |c: &str| Step::Unlisten(Some(c.into()));
+        // The batches, and the channels unlistened at the end.
+        let cases: Vec<(Batches, Vec<Option<String>>)> = vec![
+            (
+                vec![(vec![un("a"), Step::End], false, I)],
+                vec![Some("a".into())],
+            ),
+            (
+                vec![
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![un("a"), Step::End], false, T),
+                    (vec![Step::Rollback, Step::End], false, I),
+                ],
+                vec![],
+            ),
+            (
+                vec![
+                    (vec![Step::Begin, un("a"), Step::End], false, T),
+                    (vec![Step::Unlisten(None), Step::End], false, T),
+                    (vec![Step::Commit, Step::End], false, I),
+                ],
+                vec![Some("a".into()), None],
+            ),
+            // Failed: which statement failed is unknown, so nothing counts, and no pin.
+            (
+                vec![
+                    (vec![Step::Begin, un("a"), Step::End], true, E),
+                    (vec![Step::Rollback, Step::End], false, I),
+                ],
+                vec![],
+            ),
+            (
+                vec![(vec![un("a"), Step::End, un("b"), Step::End], true, I)],
+                vec![],
+            ),
+        ];
+        for (i, (batches, want)) in cases.into_iter().enumerate() {
+            let mut log = Log::new(b::TX_IDLE);
+            let mut srv = ServerState::new();
+            for (steps, failed, status) in batches {
+                log.units = steps.iter().filter(|s| **s == Step::End).count() as u32;
+                log.batch = steps;
+                log.failed = failed;
+                assert!(
+                    log.settle(status, &mut srv, &mut Vec::new()),
+                    "case {i}: pinned"
+                );
+            }
+            assert_eq!(log.unlistened, want, "case {i}");
+        }
+    }
 
     #[test]
     fn settings_follow_transaction_semantics() {

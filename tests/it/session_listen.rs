@@ -442,3 +442,76 @@ async fn an_extended_listen_holds_no_server() {
     tp.batch_execute("commit").await.unwrap();
     assert_eq!(pins(), 2.0);
 }
+
+/// The payloads `l` hears now: those that arrive within 300 ms, then those before the
+/// ReadyForQuery of a query of its own.
+async fn heard(l: &mut Raw) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Some(f)) = tokio::time::timeout(Duration::from_millis(300), l.try_recv()).await {
+        got.push(note(&f).2);
+    }
+    let f = l.query("select 1").await;
+    got.extend(f.iter().filter(|f| f.tag == b'A').map(|f| note(f).2));
+    got
+}
+
+/// An `UNLISTEN` a server runs for a client that listens through the pool's connection (in
+/// a block, beside another statement) ends that subscription when it commits, as
+/// PostgreSQL's does: not when it is rolled back or fails. Every step is run directly too,
+/// and the notifications heard compared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
+    let db = "ls_unlisten";
+    let p = start(db);
+    let pg = support::shared();
+    let steps: &[(&[&str], &str)] = &[
+        (&["LISTEN ch", "LISTEN other"], "a"),
+        (&["begin; unlisten ch; rollback"], "b"),
+        (&["begin", "unlisten ch", "rollback"], "c"),
+        (&["begin; unlisten ch; select 1/0", "rollback"], "d"),
+        (
+            &[
+                "begin",
+                "savepoint s",
+                "unlisten ch",
+                "rollback to s",
+                "commit",
+            ],
+            "e",
+        ),
+        (&["unlisten ch; select 1"], "f"),
+        (&["LISTEN ch"], "g"),
+        (&["begin", "unlisten ch", "commit"], "h"),
+        (&["LISTEN ch"], "i"),
+        (&["begin", "unlisten *", "commit"], "j"),
+    ];
+    let mut seen = Vec::new();
+    for port in [pg.port, p.port()] {
+        let mut l = Raw::connect(port, USER, db).await;
+        let mut b = Raw::connect(port, USER, db).await;
+        let mut log = Vec::new();
+        for (sqls, payload) in steps {
+            for sql in *sqls {
+                let f = l.query(sql).await;
+                let t = tags(&f);
+                log.push(format!("{sql}: {}", t.replace('A', "")));
+            }
+            ok(
+                &mut b,
+                &format!("notify ch, '{payload}'; notify other, 'o{payload}'"),
+            )
+            .await;
+            log.push(format!("heard {:?}", heard(&mut l).await));
+        }
+        seen.push(log);
+    }
+    assert_eq!(
+        seen[1], seen[0],
+        "through the pooler (left) vs directly (right)"
+    );
+    assert!(
+        seen[0].iter().any(|l| l == "heard [\"oh\"]"),
+        "{:?}",
+        seen[0]
+    );
+}
