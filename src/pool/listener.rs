@@ -304,13 +304,8 @@ impl Pool {
         c.stream.send(&q).await.map_err(|_| ())?;
         let mut error = None;
         loop {
-            while let Some(frame) = frame::cut(rbuf, MAX_MESSAGE).map_err(|_| ())? {
-                match frame.tag {
-                    b::READY_FOR_QUERY_TAG => return Ok(error),
-                    b::ERROR_RESPONSE_TAG => error = b::parse_error(frame.body()).ok(),
-                    b::NOTIFICATION_RESPONSE_TAG => self.deliver(frame.bytes),
-                    _ => {}
-                }
+            if answer_read(rbuf, &mut error, |m| self.deliver(m))? {
+                return Ok(error);
             }
             if c.stream.read_buf(rbuf).await.map_err(|_| ())? == 0 {
                 return Err(());
@@ -321,14 +316,7 @@ impl Pool {
     /// Hands out every whole notification read; an error (a FATAL: the server is going) ends
     /// the connection.
     fn hand_out(&self, rbuf: &mut BytesMut) -> Result<(), ()> {
-        while let Some(frame) = frame::cut(rbuf, MAX_MESSAGE).map_err(|_| ())? {
-            match frame.tag {
-                b::NOTIFICATION_RESPONSE_TAG => self.deliver(frame.bytes),
-                b::ERROR_RESPONSE_TAG => return Err(()),
-                _ => {}
-            }
-        }
-        Ok(())
+        notifications_read(rbuf, |m| self.deliver(m))
     }
 
     /// Queues notification `msg` for every client listening on its channel.
@@ -357,9 +345,92 @@ impl Pool {
     }
 }
 
+/// Reads the whole frames in `rbuf` of the answer to a command on the listening connection:
+/// notifications go to `deliver`, an error is put in `error`. True once its ReadyForQuery is
+/// read: notifications read with it go out too, not with whatever the connection reads next
+/// (which may be much later).
+fn answer_read(
+    rbuf: &mut BytesMut,
+    error: &mut Option<ErrorFields>,
+    mut deliver: impl FnMut(Bytes),
+) -> Result<bool, ()> {
+    while let Some(frame) = frame::cut(rbuf, MAX_MESSAGE).map_err(|_| ())? {
+        match frame.tag {
+            b::READY_FOR_QUERY_TAG => {
+                notifications_read(rbuf, deliver)?;
+                return Ok(true);
+            }
+            b::ERROR_RESPONSE_TAG => *error = b::parse_error(frame.body()).ok(),
+            b::NOTIFICATION_RESPONSE_TAG => deliver(frame.bytes),
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+/// Hands every whole notification in `rbuf` to `deliver`; an error (a FATAL: the server is
+/// going) is `Err`.
+fn notifications_read(rbuf: &mut BytesMut, mut deliver: impl FnMut(Bytes)) -> Result<(), ()> {
+    while let Some(frame) = frame::cut(rbuf, MAX_MESSAGE).map_err(|_| ())? {
+        match frame.tag {
+            b::NOTIFICATION_RESPONSE_TAG => deliver(frame.bytes),
+            b::ERROR_RESPONSE_TAG => return Err(()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn closed() -> ErrorFields {
     crate::relay::error_fields(
         sqlstate::CONNECTION_FAILURE,
         "the pooler's listening connection failed; try again".into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BufMut;
+
+    fn notification(channel: &str) -> Vec<u8> {
+        let body = [&7i32.to_be_bytes()[..], channel.as_bytes(), b"\0p\0"].concat();
+        [
+            &[b::NOTIFICATION_RESPONSE_TAG][..],
+            &(body.len() as u32 + 4).to_be_bytes(),
+            &body,
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_notification_read_with_the_ready_for_query_goes_out_at_once() {
+        let mut rbuf = BytesMut::new();
+        rbuf.put_slice(&notification("a"));
+        rbuf.put_slice(&[b'C', 0, 0, 0, 13]);
+        rbuf.put_slice(b"UNLISTEN\0");
+        rbuf.put_slice(&[b::READY_FOR_QUERY_TAG, 0, 0, 0, 5, b'I']);
+        rbuf.put_slice(&notification("b"));
+        let half = notification("c");
+        rbuf.put_slice(&half[..6]);
+        let mut got = Vec::new();
+        let mut error = None;
+        let done = answer_read(&mut rbuf, &mut error, |m| {
+            got.push(
+                parse_notification(&m[frame::HEADER_LEN..])
+                    .unwrap()
+                    .1
+                    .to_vec(),
+            )
+        });
+        assert_eq!(done, Ok(true));
+        assert_eq!(got, [b"a".to_vec(), b"b".to_vec()]);
+        assert!(error.is_none());
+        // The notification not wholly read stays for the next read.
+        assert_eq!(&rbuf[..], &half[..6]);
+
+        // No ReadyForQuery yet: more must be read.
+        let mut rbuf = BytesMut::from(&notification("d")[..]);
+        assert_eq!(answer_read(&mut rbuf, &mut error, |_| {}), Ok(false));
+    }
 }

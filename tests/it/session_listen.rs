@@ -443,11 +443,12 @@ async fn an_extended_listen_holds_no_server() {
     assert_eq!(pins(), 2.0);
 }
 
-/// The payloads `l` hears now: those that arrive within 300 ms, then those before the
-/// ReadyForQuery of a query of its own.
+/// The payloads `l` hears now: those that arrive within 500 ms, then those before the
+/// ReadyForQuery of a query of its own. (One that comes later shows in the tags of the next
+/// step's replies, which the comparison keeps.)
 async fn heard(l: &mut Raw) -> Vec<String> {
     let mut got = Vec::new();
-    while let Ok(Some(f)) = tokio::time::timeout(Duration::from_millis(300), l.try_recv()).await {
+    while let Ok(Some(f)) = tokio::time::timeout(Duration::from_millis(500), l.try_recv()).await {
         got.push(note(&f).2);
     }
     let f = l.query("select 1").await;
@@ -494,7 +495,7 @@ async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
             for sql in *sqls {
                 let f = l.query(sql).await;
                 let t = tags(&f);
-                log.push(format!("{sql}: {}", t.replace('A', "")));
+                log.push(format!("{sql}: {}", t));
             }
             ok(
                 &mut b,
