@@ -20,24 +20,27 @@ pub(super) fn of_text(sql: &[u8]) -> Option<Subscribe> {
     }
 }
 
-/// Whether a statement text beginning with byte `b` may be a `LISTEN` or `UNLISTEN` (or
-/// begins with a blank): every other text is not read further (one that begins with a
-/// comment is not taken for a lone statement, `detect::subscription`).
+/// Whether statement text `sql` may be a `LISTEN` or `UNLISTEN` (or begins with a blank),
+/// from its first two bytes: every other text (an `UPDATE`, a `LOCK`) is not read further.
+/// One that begins with a comment is not taken for a lone statement
+/// (`detect::subscription`).
 #[inline(always)]
-pub(super) fn may_subscribe(b: u8) -> bool {
-    matches!(b, b'l' | b'L' | b'u' | b'U') || b.is_ascii_whitespace()
+pub(super) fn may_subscribe(sql: &[u8]) -> bool {
+    match sql {
+        [b'l' | b'L', b'i' | b'I', ..] | [b'u' | b'U', b'n' | b'N', ..] => true,
+        [b, ..] => b.is_ascii_whitespace(),
+        [] => false,
+    }
 }
 
 /// Whether the whole Parse `msg` is of a lone `LISTEN`/`UNLISTEN`.
 pub(super) fn is_lone(msg: &[u8]) -> bool {
-    f::parse_parts(msg).is_ok_and(|(_, sql, _)| {
-        sql.first().is_some_and(|&b| may_subscribe(b)) && of_text(sql).is_some()
-    })
+    f::parse_parts(msg).is_ok_and(|(_, sql, _)| may_subscribe(sql) && of_text(sql).is_some())
 }
 
 /// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
 pub(super) fn of_query(msg: &[u8]) -> Option<Subscribe> {
-    if !may_subscribe(*msg.get(frame::HEADER_LEN)?) {
+    if !may_subscribe(msg.get(frame::HEADER_LEN..)?) {
         return None;
     }
     of_text(f::query_text(msg).ok()?)
@@ -147,7 +150,7 @@ impl Relay {
                     .cbuf
                     .get(frame::HEADER_LEN..)
                     .unwrap_or_default();
-                matches!(body, [0, first, ..] if may_subscribe(*first))
+                matches!(body, [0, text @ ..] if may_subscribe(text))
             }
             f::BIND_TAG => self.subscribes,
             _ => false,
@@ -201,9 +204,7 @@ impl Relay {
         let text = f::parse_parts(parse)
             .map(|(_, sql, _)| sql)
             .unwrap_or_default();
-        if text.first().is_some_and(|&b| may_subscribe(b))
-            && matches!(of_text(text), Some(Subscribe::Listen(_)))
-        {
+        if may_subscribe(text) && matches!(of_text(text), Some(Subscribe::Listen(_))) {
             self.pin_to(srv, Pin::Listen);
         }
     }
@@ -344,6 +345,22 @@ mod tests {
         for (i, c) in cases.iter().enumerate() {
             let b = c.concat();
             assert_eq!(of_batch(&b, none), None, "case {i}");
+        }
+        for (text, may) in [
+            (&b"LISTEN a"[..], true),
+            (b"unlisten *", true),
+            (b" \n listen a", true),
+            (b"UPDATE t SET a = 1", false),
+            (b"lock t", false),
+            (b"l", false),
+            (b"", false),
+        ] {
+            assert_eq!(
+                may_subscribe(text),
+                may,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
         }
         let mut q = BytesMut::new();
         f::query(&mut q, "  listen x");
