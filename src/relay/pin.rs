@@ -366,6 +366,7 @@ impl Relay {
         if parse
             && self.policy.tracking
             && self.policy.track_settings
+            && self.policy.session_state == StateRule::Pin
             && !msg.get(HEADER_LEN).is_some_and(|&b| b == 0)
             && whole
             && matches!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::ClientFault;
-use super::{error_fields, owe_on, subscribe, Io, Relay};
+use super::{error_fields, owe_on, subscribe, Io, Relay, StateRule};
 use crate::prepared::{self, Kept};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
@@ -442,7 +442,10 @@ impl Relay {
             same_name = Some(existing.server_name.clone());
         }
         let client = self.id;
-        let subscribes = self.policy.track_settings && subscribe::is_lone(msg);
+        // (Statement mode refuses such a statement instead.)
+        let subscribes = self.policy.track_settings
+            && self.policy.session_state == StateRule::Pin
+            && subscribe::is_lone(msg);
         self.subscribes |= subscribes;
         let kept = self
             .statements

@@ -307,12 +307,12 @@ async fn a_departed_sender_is_still_named_by_its_key() {
     }
 }
 
-/// A pool of one server with `track_prepared`, for the extended-protocol forms.
-fn start_tracked(db: &str) -> Pooler {
+/// A pool of one server in `mode` with `track_prepared`, for the extended-protocol forms.
+fn start_tracked(db: &str, mode: &str) -> Pooler {
     let pg = support::shared();
     create_db(pg, db);
     let yaml = format!(
-        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: {mode}\n  \
          session_state: track\n  track_prepared: true\n  query_wait_timeout: 5s\nauth:\n  \
          user_methods:\n    {USER}: trust\n"
     );
@@ -340,7 +340,7 @@ async fn an_extended_listen_holds_no_server() {
     use raw::{bind, describe, execute, parse, sync};
 
     let db = "ls_ext";
-    let p = start_tracked(db);
+    let p = start_tracked(db, "transaction");
     let pg = support::shared();
     let jdbc = |sql: &str| {
         vec![
@@ -514,5 +514,52 @@ async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
         seen[0].iter().any(|l| l == "heard [\"oh\"]"),
         "{:?}",
         seen[0]
+    );
+}
+
+/// Statement mode refuses `LISTEN` (0A000) whichever way it comes, as it refuses the other
+/// statements that make session state: a named statement of one too, also where the batch
+/// already holds a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_mode_refuses_an_extended_listen() {
+    use raw::{batch, bind, execute, parse, sqlstate, sync};
+    let db = "ls_stmt";
+    let p = start_tracked(db, "statement");
+    let mut a = Raw::connect(p.port(), USER, db).await;
+    let got = a.query("LISTEN ch").await;
+    assert_eq!(
+        (tags(&got), sqlstate(&got[0])),
+        ("EZ".into(), "0A000".into())
+    );
+    for msgs in [
+        vec![
+            parse("", "LISTEN ch"),
+            bind("", "", &[]),
+            execute(""),
+            sync(),
+        ],
+        vec![parse("s", "LISTEN ch"), sync()],
+        // The statement before the Parse takes the server.
+        vec![
+            parse("", "select 1"),
+            bind("", "", &[]),
+            execute(""),
+            parse("s", "LISTEN ch"),
+            sync(),
+        ],
+    ] {
+        a.send(&batch(&msgs)).await;
+        let got = a.until_ready().await;
+        let t = tags(&got);
+        assert!(t.ends_with("EZ"), "{t}");
+        assert_eq!(sqlstate(&got[got.len() - 2]), "0A000", "{t}");
+    }
+    // Nothing was made: the name is free.
+    a.send(&batch(&[bind("", "s", &[]), execute(""), sync()]))
+        .await;
+    let got = a.until_ready().await;
+    assert_eq!(
+        (tags(&got), sqlstate(&got[0])),
+        ("EZ".into(), "26000".into())
     );
 }
