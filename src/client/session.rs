@@ -96,6 +96,8 @@ pub struct Session<'a> {
     pub(super) warm: Warm,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
+    /// Committed `LISTEN`s wait to be made before the round ends.
+    subscriptions_due: bool,
     /// The pooler's timeouts' timer, when one is on.
     pub(super) timer: Option<Box<Timer>>,
     /// The configuration generation the relay's policy was made from (its low bits): the
@@ -151,6 +153,7 @@ impl<'a> Session<'a> {
                 limit: cfg.client.warm_sessions,
             },
             client_first: false,
+            subscriptions_due: false,
             timer: None,
             policy_generation: generation as u32,
             inbox: None,
@@ -497,7 +500,7 @@ impl<'a> Session<'a> {
                 .as_ref()
                 .is_some_and(|s| self.relay.pin_check_due(&s.state));
         let notified = released && self.inbox.is_some() && self.relay.take_notified();
-        if check || notified {
+        if check || notified || self.subscriptions_due {
             Box::pin(self.rare_round_end(check, notified)).await?;
         }
         if self.server.is_none() && self.inbox.is_some() {
@@ -549,6 +552,9 @@ impl<'a> Session<'a> {
         if check && self.check_pin().await? {
             notified = self.inbox.is_some() && self.relay.take_notified();
         }
+        if std::mem::take(&mut self.subscriptions_due) {
+            self.follow_subscriptions().await;
+        }
         if notified {
             self.caught_up().await;
         }
@@ -596,40 +602,88 @@ impl<'a> Session<'a> {
         let Some(sub) = self.relay.take_subscribe() else {
             return;
         };
-        let id = self.relay.id();
-        let inbox = self.inbox.get_or_insert_with(|| Box::new(Inbox::new(id)));
         match sub {
             Subscribe::Listen(channel) => {
-                let wait = self.shared.config.load().pool.query_wait_timeout;
-                let already = inbox.channels().contains(&channel);
-                let listen = self.pool.listen(&channel, inbox.mailbox());
-                let res = match tokio::time::timeout(wait, listen).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        if !already {
-                            self.pool.unlisten(id, Some(&channel));
-                        }
-                        Err(crate::relay::error_fields(
-                            sqlstate::QUERY_CANCELED,
-                            format!(
-                                "the pooler's listening connection did not listen within {wait:?} (query_wait_timeout)"
-                            ),
-                        ))
-                    }
-                };
-                if res.is_ok() {
-                    inbox.note(true, Some(&channel));
-                }
+                let res = self.listen(&channel).await;
                 self.relay.subscribed(true, res);
             }
             Subscribe::Unlisten(channel) => {
-                self.pool.unlisten(id, channel.as_deref());
-                inbox.note(false, channel.as_deref());
+                self.unlisten(channel.as_deref());
                 self.relay.subscribed(false, Ok(()));
             }
         }
-        let listening = !inbox.channels().is_empty();
-        self.relay.set_listening(listening);
+    }
+
+    /// Subscribes the client to `channel` with the pool's listening connection, within
+    /// `query_wait_timeout`.
+    async fn listen(&mut self, channel: &str) -> Result<(), crate::protocol::backend::ErrorFields> {
+        let id = self.relay.id();
+        let inbox = self.inbox.get_or_insert_with(|| Box::new(Inbox::new(id)));
+        let wait = self.shared.config.load().pool.query_wait_timeout;
+        let already = inbox.channels().iter().any(|c| c == channel);
+        let listen = self.pool.listen(channel, inbox.mailbox());
+        let res = match tokio::time::timeout(wait, listen).await {
+            Ok(r) => r,
+            Err(_) => {
+                if !already {
+                    self.pool.unlisten(id, Some(channel));
+                }
+                Err(crate::relay::error_fields(
+                    sqlstate::QUERY_CANCELED,
+                    format!(
+                        "the pooler's listening connection did not listen within {wait:?} (query_wait_timeout)"
+                    ),
+                ))
+            }
+        };
+        if res.is_ok() {
+            inbox.note(true, Some(channel));
+        }
+        self.relay.set_listening(!inbox.channels().is_empty());
+        res
+    }
+
+    /// Ends the client's subscription to `channel` (`None`: all).
+    fn unlisten(&mut self, channel: Option<&str>) {
+        let id = self.relay.id();
+        if let Some(inbox) = self.inbox.as_deref_mut() {
+            self.pool.unlisten(id, channel);
+            inbox.note(false, channel);
+            self.relay.set_listening(!inbox.channels().is_empty());
+        }
+    }
+
+    /// The client's `LISTEN`s and `UNLISTEN`s that committed (in a block, beside other
+    /// statements), made with the pool's listening connection in order, before the client
+    /// hears of the commit: what is committed after its `COMMIT` returns reaches it, as
+    /// directly. A `LISTEN` that cannot be made is warned of (its transaction committed).
+    #[cold]
+    async fn follow_subscriptions(&mut self) {
+        for sub in self.relay.take_subscriptions() {
+            match sub {
+                Subscribe::Listen(channel) => {
+                    if let Err(e) = self.listen(&channel).await {
+                        tracing::warn!(
+                            client = self.relay.id(),
+                            "committed LISTEN not made: {}",
+                            e.message
+                        );
+                        let fields = crate::protocol::backend::ErrorFields {
+                            severity: "WARNING".into(),
+                            code: "01000".into(),
+                            message: format!(
+                                "LISTEN {channel} committed, but the pooler could not listen: {}",
+                                e.message
+                            ),
+                            detail: None,
+                            hint: None,
+                        };
+                        self.relay.before_ready(|relay| relay.notice(&fields));
+                    }
+                }
+                Subscribe::Unlisten(channel) => self.unlisten(channel.as_deref()),
+            }
+        }
     }
 
     /// Queues the notifications waiting in the inbox (and the warning of a loss) for the
@@ -663,15 +717,16 @@ impl<'a> Session<'a> {
                 self.relay.set_listening(false);
             }
         }
-        // `UNLISTEN`s a server ran for the client (in a block, beside other statements),
-        // committed.
-        let unlistened = self.relay.take_unlistened();
-        if let Some(inbox) = self.inbox.as_deref_mut().filter(|_| !unlistened.is_empty()) {
-            for channel in &unlistened {
-                self.pool.unlisten(self.relay.id(), channel.as_deref());
-                inbox.note(false, channel.as_deref());
+        // `LISTEN`s and `UNLISTEN`s of the client's that committed: a `LISTEN` is made
+        // before the round ends (`finish_round`); `UNLISTEN`s alone are done now.
+        if self.relay.listens_due() {
+            self.subscriptions_due = true;
+        } else {
+            for sub in self.relay.take_subscriptions() {
+                if let Subscribe::Unlisten(channel) = sub {
+                    self.unlisten(channel.as_deref());
+                }
             }
-            self.relay.set_listening(!inbox.channels().is_empty());
         }
         let now = self.relay.pinned().map(|p| p.label());
         if let Some(was) = self.cancel.pin() {

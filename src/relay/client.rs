@@ -165,6 +165,12 @@ impl Relay {
                 self.on_unheld(tag, seen, total, io)?;
                 continue;
             };
+            if self.policy.track_settings
+                && self.batch.status == backend::TX_IN_BLOCK
+                && self.subscribes_in_block(held, tag, hooked, whole, seen)
+            {
+                continue;
+            }
             if hooked && self.policy.tracking {
                 match self.execute_kept(held, seen) {
                     ExecuteKept::No => {}
@@ -230,6 +236,53 @@ impl Relay {
         srv.replies.is_empty()
             && self.batch.status == backend::TX_IDLE
             && self.client.cbuf.is_empty()
+    }
+
+    /// A lone `LISTEN`/`UNLISTEN` in front (a whole Query of `seen` bytes when `hooked`, or
+    /// an extended-protocol batch that does nothing else) in the client's open block, in
+    /// transaction mode, with nothing in flight on `held` and no pin: answered here, made
+    /// when the block commits (`Relay::subscribe_in_block`). Returns whether it was.
+    #[cold]
+    fn subscribes_in_block(
+        &mut self,
+        held: &ServerState,
+        tag: u8,
+        hooked: bool,
+        whole: bool,
+        seen: usize,
+    ) -> bool {
+        if self.policy.session_state != StateRule::Pin
+            || !held.replies.is_empty()
+            || self.pinned().is_some()
+        {
+            return false;
+        }
+        let sub = if hooked {
+            let Some(sub) = subscribe::of_query(&self.client.cbuf[..seen]) else {
+                return false;
+            };
+            self.client.cbuf.advance(seen);
+            sub
+        } else if whole
+            // (Untracked, the server's unnamed statement would no longer be the client's.)
+            && self.policy.tracking
+            && self.may_subscribe_extended(tag)
+            && self.extended_subscription()
+        {
+            match self.take_subscribe() {
+                Some(sub) => sub,
+                None => return false,
+            }
+        } else {
+            return false;
+        };
+        self.subscribe_in_block(sub);
+        true
+    }
+
+    /// Writes a NoticeResponse of `fields` for the client.
+    pub fn notice(&mut self, fields: &ErrorFields) {
+        backend::notice_response(&mut self.client.cout, fields);
     }
 
     /// The `LISTEN`/`UNLISTEN` of [`Next::Subscribe`], for the driver to do.

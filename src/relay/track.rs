@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::pin::Pin;
-use super::Relay;
+use super::{Relay, Subscribe};
 use crate::protocol::backend as b;
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend as f;
@@ -46,8 +46,12 @@ pub(super) enum Step {
     /// `DISCARD ALL`: settings and statements (outside a block only).
     DiscardAll,
     /// `UNLISTEN ch` / `UNLISTEN *` (`None`) run by a server for a client that listens
-    /// through the pool's listening connection: that subscription ends when it commits.
+    /// through the pool's listening connection (or answered by the pooler in a block):
+    /// that subscription ends when it commits.
     Unlisten(Option<String>),
+    /// A lone `LISTEN` in a block, answered by the pooler (no server runs it): the client
+    /// subscribes through the pool's listening connection when the block commits.
+    Listen(String),
     Begin,
     Commit,
     Rollback,
@@ -140,8 +144,9 @@ pub(super) struct Log {
     /// The unnamed statement's steps, and the portal bound to it with its steps.
     parsed: Option<Vec<Step>>,
     portal: Option<(Vec<u8>, Vec<Step>)>,
-    /// Committed `UNLISTEN`s not yet handed to the driver ([`Relay::take_unlistened`]).
-    unlistened: Vec<Option<String>>,
+    /// Committed `LISTEN`s and `UNLISTEN`s, in order, not yet handed to the driver
+    /// ([`Relay::take_subscriptions`]).
+    subscriptions: Vec<Subscribe>,
 }
 
 /// The portal name at the start of a Bind or Execute body.
@@ -154,6 +159,12 @@ fn first_name(msg: &[u8]) -> &[u8] {
 }
 
 impl Log {
+    /// Whether a `LISTEN` the pooler answered waits for its transaction's end.
+    fn listens(&self) -> bool {
+        let listen = |s: &Step| matches!(s, Step::Listen(_));
+        self.batch.iter().any(listen) || self.open.iter().any(listen)
+    }
+
     /// Whether the client holds an SQL prepared statement `name`.
     pub(super) fn sql_prepared(&self, name: &str) -> bool {
         self.settings.has(Kind::Prepared, name)
@@ -248,9 +259,14 @@ impl Log {
                 sure = false;
             } else if controls || (!self.explicit && units > 1) {
                 // Which statement failed, and so on which side of a boundary, is unknown.
-                // (An `UNLISTEN` of unknown fate is dropped: the subscription stays, and the
-                // client may hear more than it would, never less.)
+                // (An `UNLISTEN` of unknown fate is dropped and a `LISTEN` of unknown fate
+                // counts: the client may hear more than it would, never less.)
                 sure &= !changes && !self.open.iter().any(Step::changes);
+                let listens = self.open.iter().chain(&batch).filter_map(|s| match s {
+                    Step::Listen(channel) => Some(Subscribe::Listen(channel.clone())),
+                    _ => None,
+                });
+                self.subscriptions.extend(listens);
             } else if self.explicit {
                 // The block has failed: what this batch changed is undone by its end, or by
                 // a rollback to a savepoint made before this batch.
@@ -264,11 +280,13 @@ impl Log {
         }
         if sure {
             for c in committed {
-                if let Step::Unlisten(channel) = c {
-                    self.unlistened.push(channel);
-                    continue;
+                match c {
+                    Step::Unlisten(channel) => {
+                        self.subscriptions.push(Subscribe::Unlisten(channel))
+                    }
+                    Step::Listen(channel) => self.subscriptions.push(Subscribe::Listen(channel)),
+                    c => sure &= Self::apply(&c, &mut self.settings, srv, dropped),
                 }
-                sure &= Self::apply(&c, &mut self.settings, srv, dropped);
             }
         }
         if !explicit || !sure {
@@ -334,9 +352,10 @@ impl Relay {
         whole: bool,
         found: &[(usize, Effect)],
     ) -> Option<Pin> {
-        // An `UNLISTEN` matters to a client that listens through the pool's connection
-        // (a server's own `LISTEN`s are the server's to end).
-        let listening = self.client.listening;
+        // An `UNLISTEN` matters to a client that listens through the pool's connection, or
+        // will once its block commits (a server's own `LISTEN`s are the server's to end).
+        let listening =
+            self.client.listening || self.client.log.as_deref().is_some_and(Log::listens);
         let steps = || {
             found
                 .iter()
@@ -417,7 +436,7 @@ impl Relay {
         };
         let mut dropped = Vec::new();
         let sure = log.settle(self.batch.status, srv, &mut dropped);
-        if !log.unlistened.is_empty() {
+        if !log.subscriptions.is_empty() {
             self.client.pin.look();
         }
         if !sure {
@@ -432,14 +451,51 @@ impl Relay {
         }
     }
 
-    /// The channels (`None`: all) of the committed `UNLISTEN`s a server ran for the client
-    /// since the last call: its subscriptions with the pool's listening connection end.
-    pub fn take_unlistened(&mut self) -> Vec<Option<String>> {
+    /// The `LISTEN`s and `UNLISTEN`s of the client's that committed since the last call, in
+    /// order (run by a server, or answered by the pooler in a block): the driver makes them
+    /// with the pool's listening connection before the client hears of the commit.
+    pub fn take_subscriptions(&mut self) -> Vec<Subscribe> {
         self.client
             .log
             .as_deref_mut()
-            .map(|l| std::mem::take(&mut l.unlistened))
+            .map(|l| std::mem::take(&mut l.subscriptions))
             .unwrap_or_default()
+    }
+
+    /// Whether committed `LISTEN`s wait for the driver ([`Relay::take_subscriptions`]).
+    pub fn listens_due(&self) -> bool {
+        self.client.log.as_deref().is_some_and(|l| {
+            l.subscriptions
+                .iter()
+                .any(|s| matches!(s, Subscribe::Listen(_)))
+        })
+    }
+
+    /// A lone `LISTEN`/`UNLISTEN` in the client's open block, with nothing in flight on its
+    /// server and no pin (`track`): answered here as PostgreSQL answers it, and noted in the
+    /// journal, to be made with the pool's listening connection if the block commits. No
+    /// server runs it, so none is left listening and the client is not pinned.
+    pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) {
+        let out = &mut self.client.cout;
+        let (tag, step) = match sub {
+            Subscribe::Listen(channel) => ("LISTEN", Step::Listen(channel)),
+            Subscribe::Unlisten(channel) => ("UNLISTEN", Step::Unlisten(channel)),
+        };
+        b::command_complete(out, tag);
+        b::ready_for_query(out, self.batch.status);
+        let hears = self.client.listening || self.client.log.as_deref().is_some_and(Log::listens);
+        if matches!(step, Step::Unlisten(_)) && !hears {
+            // Nothing to end.
+            return;
+        }
+        let status = self.batch.status;
+        let log = self
+            .client
+            .log
+            .get_or_insert_with(|| Box::new(Log::new(status)));
+        log.batch.push(step);
+        log.batch.push(Step::End);
+        log.units += 1;
     }
 
     /// The settings this client has made by SQL (`track`), to be brought onto its servers.
@@ -487,15 +543,18 @@ mod tests {
     const E: u8 = b::TX_FAILED;
 
     #[test]
-    fn an_unlisten_counts_when_it_commits_and_never_pins() {
+    fn listens_and_unlistens_count_when_they_commit_and_never_pin() {
         /// Batches (steps, failed, status after).
         type Batches = Vec<(Vec<Step>, bool, u8)>;
         let un = |c: &str| Step::Unlisten(Some(c.into()));
-        // The batches, and the channels unlistened at the end.
-        let cases: Vec<(Batches, Vec<Option<String>>)> = vec![
+        let li = |c: &str| Step::Listen(c.into());
+        let sub_un = |c: &str| Subscribe::Unlisten(Some(c.into()));
+        let sub_li = |c: &str| Subscribe::Listen(c.into());
+        // The batches, and the subscriptions made and ended at the end, in order.
+        let cases: Vec<(Batches, Vec<Subscribe>)> = vec![
             (
                 vec![(vec![un("a"), Step::End], false, I)],
-                vec![Some("a".into())],
+                vec![sub_un("a")],
             ),
             (
                 vec![
@@ -511,7 +570,7 @@ mod tests {
                     (vec![Step::Unlisten(None), Step::End], false, T),
                     (vec![Step::Commit, Step::End], false, I),
                 ],
-                vec![Some("a".into()), None],
+                vec![sub_un("a"), Subscribe::Unlisten(None)],
             ),
             // Failed: which statement failed is unknown, so nothing counts, and no pin.
             (
@@ -524,6 +583,46 @@ mod tests {
             (
                 vec![(vec![un("a"), Step::End, un("b"), Step::End], true, I)],
                 vec![],
+            ),
+            // A LISTEN the pooler answered in a block, in order with an UNLISTEN.
+            (
+                vec![
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![li("a"), Step::End, un("a"), Step::End], false, T),
+                    (vec![li("b"), Step::End, Step::Commit, Step::End], false, I),
+                ],
+                vec![sub_li("a"), sub_un("a"), sub_li("b")],
+            ),
+            // Undone by a failed block, whose COMMIT rolls back, and by a savepoint's rollback.
+            (
+                vec![
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![li("a"), Step::End], false, T),
+                    (vec![Step::End], true, E),
+                    (vec![Step::Commit, Step::End], false, I),
+                    (
+                        vec![Step::Begin, Step::Savepoint("s".into()), Step::End],
+                        false,
+                        T,
+                    ),
+                    (vec![li("b"), Step::End], false, T),
+                    (
+                        vec![Step::RollbackTo("s".into()), Step::Commit, Step::End],
+                        false,
+                        I,
+                    ),
+                ],
+                vec![],
+            ),
+            // A COMMIT beside a statement that failed: the LISTEN of unknown fate counts
+            // (more heard than directly, never less).
+            (
+                vec![
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![li("a"), Step::End], false, T),
+                    (vec![Step::Commit, Step::End], true, I),
+                ],
+                vec![sub_li("a")],
             ),
         ];
         for (i, (batches, want)) in cases.into_iter().enumerate() {
@@ -538,7 +637,7 @@ mod tests {
                     "case {i}: pinned"
                 );
             }
-            assert_eq!(log.unlistened, want, "case {i}");
+            assert_eq!(log.subscriptions, want, "case {i}");
         }
     }
 

@@ -437,10 +437,18 @@ async fn an_extended_listen_holds_no_server() {
     ok(&mut l2, "commit").await;
     assert_eq!(pins(), 1.0);
     drop(l2);
+    // tokio-postgres's own statement alone in a block is answered by the pooler and made
+    // at COMMIT: no pin, and the busy client gets the one server once the block is over.
     tp.batch_execute("begin").await.unwrap();
     tp.execute(&listen, &[]).await.unwrap();
     tp.batch_execute("commit").await.unwrap();
-    assert_eq!(pins(), 2.0);
+    assert_eq!(pins(), 1.0);
+    ok(&mut b, "NOTIFY ch, 'after commit'").await;
+    let got = tokio::time::timeout(Duration::from_secs(2), notes.recv()).await;
+    assert_eq!(
+        got.expect("tokio-postgres notified"),
+        Some("after commit".into())
+    );
 }
 
 /// The payloads `l` hears now: those that arrive within 500 ms, then those before the
@@ -515,6 +523,88 @@ async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
         "{:?}",
         seen[0]
     );
+}
+
+/// The messages of an answer as the test compares them: each tag, with a CommandComplete's
+/// tag and a ReadyForQuery's status.
+fn answer(f: &[Frame]) -> String {
+    f.iter()
+        .map(|f| match f.tag {
+            b'C' | b'Z' => format!("{}({})", f.tag as char, String::from_utf8_lossy(f.body())),
+            t => (t as char).to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A lone `LISTEN` or `UNLISTEN` inside a block (as psycopg and psycopg2 send one outside
+/// autocommit) is answered by the pooler and made with the pool's listening connection when
+/// the block commits: the client is not pinned, so a busy client keeps the pool's one
+/// server between the listener's blocks. What is heard after every step is compared with
+/// PostgreSQL's own behaviour: rollbacks, a failed block, its COMMIT, a rollback to a
+/// savepoint, an UNLISTEN in the same block, a statement between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_in_a_block_is_made_at_commit_and_pins_nothing() {
+    use crate::support::metrics::{metric_or_zero, scrape};
+    let db = "ls_block";
+    let p = start(db);
+    let pg = support::shared();
+    let steps: &[(&[&str], &str)] = &[
+        (&["begin", "listen ch", "commit"], "a"),
+        (&["begin", "listen other", "rollback"], "b"),
+        (&["begin", "listen other", "select 1/0", "rollback"], "c"),
+        (&["begin", "listen other", "select 1/0", "commit"], "d"),
+        (
+            &[
+                "begin",
+                "savepoint s",
+                "listen other",
+                "rollback to s",
+                "commit",
+            ],
+            "e",
+        ),
+        (&["begin", "listen other", "unlisten other", "commit"], "f"),
+        (&["begin", "unlisten ch", "listen ch", "commit"], "g"),
+        (
+            &["begin", "listen \"Q\"", "select 1", "listen other", "end"],
+            "h",
+        ),
+        (&["begin", "unlisten *", "commit"], "i"),
+        (&["start transaction", "listen ch", "commit"], "j"),
+        (&["begin", "unlisten *", "rollback"], "k"),
+    ];
+    let mut seen = Vec::new();
+    for port in [pg.port, p.port()] {
+        let mut l = Raw::connect(port, USER, db).await;
+        let mut b = Raw::connect(port, USER, db).await;
+        let mut log = Vec::new();
+        for (sqls, payload) in steps {
+            for sql in *sqls {
+                let f = l.query(sql).await;
+                log.push(format!("{sql}: {}", answer(&f)));
+            }
+            // The busy client runs between the listener's blocks (a pinned listener would
+            // keep the one server: this would wait out query_wait_timeout and fail).
+            ok(
+                &mut b,
+                &format!("notify ch, '{payload}'; notify other, 'o{payload}'; notify \"Q\", 'q{payload}'"),
+            )
+            .await;
+            log.push(format!("heard {:?}", heard(&mut l).await));
+        }
+        seen.push(log);
+    }
+    assert_eq!(
+        seen[1], seen[0],
+        "through the pooler (left) vs directly (right)"
+    );
+    for want in ["heard [\"a\"]", "heard [\"h\", \"oh\", \"qh\"]", "heard []"] {
+        assert!(seen[0].iter().any(|l| l == want), "{want}: {:?}", seen[0]);
+    }
+    let m = scrape(&p);
+    let pins = metric_or_zero(&m, "droidpool_session_pins_total", &[("reason", "listen")]);
+    assert_eq!(pins, 0.0, "no listener pinned");
 }
 
 /// Statement mode refuses `LISTEN` (0A000) whichever way it comes, as it refuses the other
