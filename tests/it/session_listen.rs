@@ -331,8 +331,9 @@ async fn batch_tags(c: &mut Raw, msgs: &[bytes::BytesMut]) -> String {
 /// `LISTEN`/`UNLISTEN` through the extended protocol, as JDBC sends it (one unnamed batch)
 /// and as tokio-postgres does (a named statement made in one batch, run in the next), holds
 /// no server either: answered while another client holds the pool's only server, with the
-/// messages PostgreSQL sends. Run by a server (inside a block), the statement pins the
-/// client, as any `LISTEN` a server runs does.
+/// messages PostgreSQL sends. Run by a server (bound again inside a block beside other
+/// statements), the statement pins the client, as any `LISTEN` a server runs does; alone in
+/// a block, it is answered by the pooler and made (or, an `UNLISTEN`, ended) at `COMMIT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extended_listen_holds_no_server() {
     use crate::support::metrics::{metric_or_zero, scrape};
@@ -449,6 +450,20 @@ async fn an_extended_listen_holds_no_server() {
         got.expect("tokio-postgres notified"),
         Some("after commit".into())
     );
+    // Its UNLISTEN in a block ends the subscription if the block commits, not if it rolls
+    // back.
+    for (end, payload) in [("rollback", "kept"), ("commit", "gone")] {
+        tp.batch_execute("begin").await.unwrap();
+        tp.execute(&unlisten, &[]).await.unwrap();
+        tp.batch_execute(end).await.unwrap();
+        ok(&mut b, &format!("NOTIFY ch, '{payload}'")).await;
+        let got = tokio::time::timeout(Duration::from_millis(500), notes.recv()).await;
+        match end {
+            "rollback" => assert_eq!(got.expect("still listening"), Some("kept".into())),
+            _ => assert!(got.is_err(), "unlistened at commit: {got:?}"),
+        }
+    }
+    assert_eq!(pins(), 1.0);
 }
 
 /// The payloads `l` hears now: those that arrive within 500 ms, then those before the
