@@ -185,7 +185,7 @@ mod size_tests {
             let f = super::serve(c, shared, pending);
             let size = std::mem::size_of_val(&f);
             eprintln!("client task future: {size} bytes");
-            // 1,016 bytes now; 1,152 (the size before this limit) put every idle task in a larger
+            // 1,024 bytes now; 1,152 (the size before this limit) put every idle task in a larger
             // allocation class (tokio aligns task cells to 128 bytes).
             assert!(size <= 1024, "client task future grew to {size} bytes");
         });

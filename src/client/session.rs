@@ -450,6 +450,7 @@ impl<'a> Session<'a> {
                 }
                 // Boxed: rare, and this future stays the size it was.
                 Next::Subscribe => Box::pin(self.subscribe()).await,
+                Next::FreeDatabase => self.free_database(),
             }
         }
         self.finish_round().await?;
@@ -682,6 +683,30 @@ impl<'a> Session<'a> {
                     }
                 }
                 Subscribe::Unlisten(channel) => self.unlisten(channel.as_deref()),
+            }
+        }
+    }
+
+    /// The client's next statement needs a database free of other sessions (`DROP
+    /// DATABASE` and the like): the pools of it that log in as this client's pool does and
+    /// that no client uses close their servers first. Another role's pools are left alone,
+    /// so a client cannot make another tenant's servers churn.
+    #[cold]
+    fn free_database(&mut self) {
+        let Some(db) = self.relay.database_to_free() else {
+            return;
+        };
+        let (_, user) = self.pool.server_login();
+        for pool in self.shared.pools.all() {
+            if pool.is(&self.pool) || pool.server_login() != (db.as_str(), user) {
+                continue;
+            }
+            if pool.free_for_database_command() {
+                tracing::info!(
+                    client = self.relay.id(),
+                    pool = pool.database(),
+                    "closing the idle servers of database {db:?}, which a statement of the client's needs free"
+                );
             }
         }
     }

@@ -412,6 +412,30 @@ impl Pool {
         &self.inner.database
     }
 
+    /// The database and user its servers log in as.
+    pub fn server_login(&self) -> (&str, &str) {
+        (&self.inner.target.database, &self.inner.target.user)
+    }
+
+    /// Whether `other` is this pool.
+    pub fn is(&self, other: &Pool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A client's `DROP DATABASE` (or rename, or copy) of this pool's database is about to
+    /// run, which PostgreSQL refuses while other sessions are connected there: if no client
+    /// uses the pool, its servers are closed (idle ones now, the others when released, as
+    /// `RECONNECT` does), so that idle servers kept for departed clients do not stand in the
+    /// way. With clients, nothing is closed: the statement meets their sessions, as it would
+    /// directly. Returns whether it closed.
+    pub fn free_for_database_command(&self) -> bool {
+        if self.attached_clients() > 0 {
+            return false;
+        }
+        self.reconnect();
+        true
+    }
+
     pub fn user(&self) -> &str {
         &self.inner.user
     }

@@ -183,6 +183,9 @@ impl Relay {
                     ExecuteKept::Rewritten(query) => (seen, total) = self.put_in_place(seen, query),
                 }
             }
+            if whole && self.names_database(tag, seen) {
+                return Ok(Next::FreeDatabase);
+            }
             // Handled in place (no split of the buffer per message): the buffer is lent out
             // for the call, which needs the relay mutably.
             let cbuf = std::mem::take(&mut self.client.cbuf);
@@ -283,6 +286,54 @@ impl Relay {
     /// Writes a NoticeResponse of `fields` for the client.
     pub fn notice(&mut self, fields: &ErrorFields) {
         backend::notice_response(&mut self.client.cout, fields);
+    }
+
+    /// Whether the whole Query or Parse in front (`seen` bytes) is a statement that needs a
+    /// database free of other sessions ([`Next::FreeDatabase`]), not yet told to the driver.
+    /// Every other text costs a look at its first byte.
+    #[inline(always)]
+    fn names_database(&mut self, tag: u8, seen: usize) -> bool {
+        if tag != f::QUERY_TAG && tag != f::PARSE_TAG {
+            return false;
+        }
+        let body = self
+            .client
+            .cbuf
+            .get(frame::HEADER_LEN..seen)
+            .unwrap_or_default();
+        let first = match (tag, body.first()) {
+            (f::QUERY_TAG, first) => first,
+            // The text of an unnamed statement's Parse follows its name's terminator.
+            (_, Some(0)) => body.get(1),
+            _ => Some(&b' '),
+        };
+        matches!(
+            first,
+            Some(b'd' | b'D' | b'a' | b'A' | b'c' | b'C' | b' ' | b'\t' | b'\n' | b'\r')
+        ) && self.names_database_cold()
+    }
+
+    #[cold]
+    fn names_database_cold(&mut self) -> bool {
+        // Told already: this call passes it on.
+        if std::mem::take(&mut self.batch.freeing) {
+            return false;
+        }
+        self.batch.freeing = self.database_to_free().is_some();
+        self.batch.freeing
+    }
+
+    /// The database the whole Query or Parse in front needs free of other sessions (a
+    /// `DROP DATABASE`, an `ALTER DATABASE ... RENAME`, a `CREATE DATABASE ... TEMPLATE`).
+    pub fn database_to_free(&self) -> Option<String> {
+        let (tag, len) = frame::peek_header(&self.client.cbuf)?;
+        let msg = self.client.cbuf.get(..len as usize + 1)?;
+        let text = match tag {
+            f::QUERY_TAG => f::query_text(msg).ok()?,
+            f::PARSE_TAG => f::parse_parts(msg).ok()?.1,
+            _ => return None,
+        };
+        crate::session_state::detect::database_needed_free(text)
     }
 
     /// The `LISTEN`/`UNLISTEN` of [`Next::Subscribe`], for the driver to do.

@@ -94,6 +94,11 @@ pub enum Next {
     /// listening connection ([`Relay::take_subscribe`]), then answer with
     /// [`Relay::subscribed`].
     Subscribe,
+    /// The message in front is a `DROP DATABASE` (or a rename, or a copy from a template)
+    /// of the database [`Relay::database_to_free`] names, which PostgreSQL refuses while
+    /// other sessions are connected there: close the pool's idle servers of it that no
+    /// client uses, then call again (the message then goes to the server).
+    FreeDatabase,
 }
 
 /// The client's side: its bytes both ways and where its message stream stands.
@@ -146,6 +151,9 @@ struct Batch {
     execute_replay: bool,
     /// A listening client's text since its server was taken mentioned `notify`.
     notified: bool,
+    /// The message in front names a database that must be free of other sessions, and the
+    /// driver has been told ([`Next::FreeDatabase`]): it goes on to the server now.
+    freeing: bool,
 }
 
 /// The clock reads the metrics need.

@@ -310,6 +310,52 @@ pub fn subscription(sql: &[u8]) -> Option<Effect> {
     t.next().is_none().then_some(e)
 }
 
+/// The database a Query or Parse text that is one `DROP DATABASE`, `ALTER DATABASE ...
+/// RENAME` or `CREATE DATABASE ... TEMPLATE` needs free of other sessions (PostgreSQL
+/// refuses it while any is connected there): its name as PostgreSQL folds it.
+pub fn database_needed_free(sql: &[u8]) -> Option<String> {
+    let stmt = single(sql)?;
+    // Cheap first: most texts begin with none of the three verbs.
+    if !matches!(stmt.first(), Some(b'd' | b'D' | b'a' | b'A' | b'c' | b'C')) {
+        return None;
+    }
+    let mut t = Tokens::new(stmt);
+    let verb = t.next()?;
+    if !t.next()?.is("database") {
+        return None;
+    }
+    let name = if verb.is("drop") {
+        let mut n = t.next()?;
+        if n.is("if") {
+            if !t.next()?.is("exists") {
+                return None;
+            }
+            n = t.next()?;
+        }
+        name_of(&n)?
+    } else if verb.is("alter") {
+        let n = name_of(&t.next()?)?;
+        if !t.next()?.is("rename") {
+            return None;
+        }
+        n
+    } else if verb.is("create") {
+        let mut t = t.skip_while(|tok| !tok.is("template"));
+        t.next()?;
+        let mut n = t.next()?;
+        if n == Token::Punct(b'=') {
+            n = t.next()?;
+        }
+        if n.is("default") {
+            return None;
+        }
+        name_of(&n)?
+    } else {
+        return None;
+    };
+    Some(identifier(name))
+}
+
 /// A name cut as PostgreSQL cuts an identifier: to at most 63 bytes, whole characters.
 fn identifier(mut name: String) -> String {
     const MAX: usize = 63;

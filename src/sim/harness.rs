@@ -544,6 +544,8 @@ impl<'p> Sim<'p> {
                     self.end_session(c);
                     return Ok(());
                 }
+                // The programs drop no database.
+                Next::FreeDatabase => {}
                 Next::Subscribe => {
                     // The model has no listening connection: the programs send no LISTEN.
                     let cl = &mut self.clients[c];

@@ -4,6 +4,7 @@ mod codec;
 mod conformance;
 mod console;
 mod core;
+mod databases;
 mod differential;
 mod failover;
 mod faults;

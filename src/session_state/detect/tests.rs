@@ -432,3 +432,35 @@ fn a_lone_listen_or_unlisten_is_a_subscription() {
         assert_eq!(subscription(sql.as_bytes()), None, "{sql}");
     }
 }
+
+#[test]
+fn a_database_needed_free_is_named() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("DROP DATABASE testdb", Some("testdb")),
+        ("drop database if exists \"Test DB\";", Some("Test DB")),
+        ("DROP DATABASE x WITH (FORCE)", Some("x")),
+        ("  drop database Mixed  ", Some("mixed")),
+        ("ALTER DATABASE old RENAME TO new", Some("old")),
+        ("alter database old set work_mem = '1MB'", None),
+        ("CREATE DATABASE copy TEMPLATE src", Some("src")),
+        (
+            "create database copy with owner me template = \"Src\"",
+            Some("Src"),
+        ),
+        ("CREATE DATABASE plain", None),
+        ("CREATE DATABASE d TEMPLATE DEFAULT", None),
+        ("CREATE TABLE database (x int)", None),
+        ("DROP TABLE testdb", None),
+        ("drop database a; select 1", None),
+        ("-- drop database a", None),
+        ("select 'drop database a'", None),
+        ("DROP DATABASE", None),
+    ];
+    for (sql, want) in cases {
+        assert_eq!(
+            database_needed_free(sql.as_bytes()).as_deref(),
+            *want,
+            "{sql}"
+        );
+    }
+}
