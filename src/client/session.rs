@@ -449,8 +449,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 // Boxed: rare, and this future stays the size it was.
-                Next::Subscribe => Box::pin(self.subscribe()).await,
-                Next::FreeDatabase => self.free_database(),
+                Next::Aside => Box::pin(self.aside()).await,
             }
         }
         self.finish_round().await?;
@@ -554,7 +553,8 @@ impl<'a> Session<'a> {
             notified = self.inbox.is_some() && self.relay.take_notified();
         }
         if std::mem::take(&mut self.subscriptions_due) {
-            self.follow_subscriptions().await;
+            // Boxed: this future's drop stays small enough to inline in the usual round.
+            Box::pin(self.follow_subscriptions()).await;
         }
         if notified {
             self.caught_up().await;
@@ -596,11 +596,13 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// A lone `LISTEN`/`UNLISTEN` (`track`): done with the pool's listening connection, so
-    /// the client holds no server for it; answered as PostgreSQL answers it.
+    /// What the relay asked to be done aside ([`Next::Aside`]): a lone `LISTEN`/`UNLISTEN`
+    /// (`track`), done with the pool's listening connection, so the client holds no server
+    /// for it, and answered as PostgreSQL answers it; or a database freed for a statement.
     #[cold]
-    async fn subscribe(&mut self) {
+    async fn aside(&mut self) {
         let Some(sub) = self.relay.take_subscribe() else {
+            self.free_database();
             return;
         };
         match sub {

@@ -15,6 +15,19 @@ use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
 use crate::server::{Owed, Request, ServerState};
 
+/// First bytes of a text that may be a `DROP DATABASE`, `ALTER DATABASE` or `CREATE
+/// DATABASE` (or begins with a blank): one load decides for every other text.
+static MAY_NAME_DATABASE: [bool; 256] = {
+    let mut t = [false; 256];
+    let firsts = *b"dDaAcC \t\n\r";
+    let mut i = 0;
+    while i < firsts.len() {
+        t[firsts[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
 /// Whether a Query text beginning with byte `b` may be a `DEALLOCATE`, `EXECUTE`, `LISTEN`
 /// or `UNLISTEN` (or begins with a blank or a comment): every other text skips those looks.
 #[inline(always)]
@@ -149,7 +162,7 @@ impl Relay {
                     if let Some(sub) = subscribe::of_query(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
                         self.client.subscribe = Some(Box::new(sub));
-                        return Ok(Next::Subscribe);
+                        return Ok(Next::Aside);
                     }
                 }
                 if self.policy.track_settings
@@ -157,7 +170,7 @@ impl Relay {
                     && self.may_subscribe_extended(tag)
                     && self.extended_subscription()
                 {
-                    return Ok(Next::Subscribe);
+                    return Ok(Next::Aside);
                 }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
                     return Ok(Next::NeedServer { tag });
@@ -183,8 +196,8 @@ impl Relay {
                     ExecuteKept::Rewritten(query) => (seen, total) = self.put_in_place(seen, query),
                 }
             }
-            if whole && self.names_database(tag, seen) {
-                return Ok(Next::FreeDatabase);
+            if whole && self.names_database(tag) {
+                return Ok(Next::Aside);
             }
             // Handled in place (no split of the buffer per message): the buffer is lent out
             // for the call, which needs the relay mutably.
@@ -288,29 +301,22 @@ impl Relay {
         backend::notice_response(&mut self.client.cout, fields);
     }
 
-    /// Whether the whole Query or Parse in front (`seen` bytes) is a statement that needs a
-    /// database free of other sessions ([`Next::FreeDatabase`]), not yet told to the driver.
-    /// Every other text costs a look at its first byte.
+    /// Whether the whole Query or Parse in front is a statement that needs a database free
+    /// of other sessions ([`Next::Aside`]), not yet told to the driver. Every other text
+    /// costs a look at its first byte (a named Parse's, at its name's).
     #[inline(always)]
-    fn names_database(&mut self, tag: u8, seen: usize) -> bool {
-        if tag != f::QUERY_TAG && tag != f::PARSE_TAG {
-            return false;
-        }
-        let body = self
-            .client
-            .cbuf
-            .get(frame::HEADER_LEN..seen)
-            .unwrap_or_default();
-        let first = match (tag, body.first()) {
-            (f::QUERY_TAG, first) => first,
-            // The text of an unnamed statement's Parse follows its name's terminator.
-            (_, Some(0)) => body.get(1),
-            _ => Some(&b' '),
+    fn names_database(&mut self, tag: u8) -> bool {
+        let cbuf = &self.client.cbuf;
+        let first = match tag {
+            f::QUERY_TAG => cbuf.get(frame::HEADER_LEN),
+            // An unnamed statement's text follows its name's terminator.
+            f::PARSE_TAG => match cbuf.get(frame::HEADER_LEN) {
+                Some(0) => cbuf.get(frame::HEADER_LEN + 1),
+                _ => Some(&b' '),
+            },
+            _ => return false,
         };
-        matches!(
-            first,
-            Some(b'd' | b'D' | b'a' | b'A' | b'c' | b'C' | b' ' | b'\t' | b'\n' | b'\r')
-        ) && self.names_database_cold()
+        first.is_some_and(|&b| MAY_NAME_DATABASE[b as usize]) && self.names_database_cold()
     }
 
     #[cold]
@@ -336,7 +342,7 @@ impl Relay {
         crate::session_state::detect::database_needed_free(text)
     }
 
-    /// The `LISTEN`/`UNLISTEN` of [`Next::Subscribe`], for the driver to do.
+    /// The `LISTEN`/`UNLISTEN` of [`Next::Aside`], for the driver to do.
     pub fn take_subscribe(&mut self) -> Option<Subscribe> {
         self.client.subscribe.take().map(|b| *b)
     }

@@ -90,15 +90,16 @@ pub enum Next {
     FlushServer,
     /// The client sent Terminate.
     Quit,
-    /// A lone `LISTEN`/`UNLISTEN` with no server held (`track`): do it with the pool's
-    /// listening connection ([`Relay::take_subscribe`]), then answer with
-    /// [`Relay::subscribed`].
-    Subscribe,
-    /// The message in front is a `DROP DATABASE` (or a rename, or a copy from a template)
-    /// of the database [`Relay::database_to_free`] names, which PostgreSQL refuses while
-    /// other sessions are connected there: close the pool's idle servers of it that no
-    /// client uses, then call again (the message then goes to the server).
-    FreeDatabase,
+    /// Something rare to do with the pool first (one variant, so the usual round's code
+    /// stays as it was), then call again:
+    /// - a lone `LISTEN`/`UNLISTEN` with no server held (`track`), if
+    ///   [`Relay::take_subscribe`] hands one: do it with the pool's listening connection,
+    ///   then answer with [`Relay::subscribed`];
+    /// - otherwise the message in front is a `DROP DATABASE` (or a rename, or a copy from a
+    ///   template) of the database [`Relay::database_to_free`] names, which PostgreSQL
+    ///   refuses while other sessions are connected there: close the pool's idle servers of
+    ///   it that no client uses (the message then goes to the server).
+    Aside,
 }
 
 /// The client's side: its bytes both ways and where its message stream stands.
@@ -122,7 +123,7 @@ struct ClientSide {
     /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
     /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
     log: Option<Box<track::Log>>,
-    /// The `LISTEN`/`UNLISTEN` handed to the driver ([`Next::Subscribe`]).
+    /// The `LISTEN`/`UNLISTEN` handed to the driver ([`Next::Aside`]).
     subscribe: Option<Box<Subscribe>>,
     /// It listens through the pool's listening connection (its texts are checked for a
     /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
@@ -152,7 +153,7 @@ struct Batch {
     /// A listening client's text since its server was taken mentioned `notify`.
     notified: bool,
     /// The message in front names a database that must be free of other sessions, and the
-    /// driver has been told ([`Next::FreeDatabase`]): it goes on to the server now.
+    /// driver has been told ([`Next::Aside`]): it goes on to the server now.
     freeing: bool,
 }
 

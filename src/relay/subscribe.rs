@@ -160,7 +160,7 @@ impl Relay {
     /// An extended-protocol batch in front of the client's buffer that runs a lone
     /// `LISTEN`/`UNLISTEN` and nothing else, with no server held (`track`): answered as
     /// PostgreSQL answers it up to the command's CommandComplete, and handed to the driver
-    /// as [`super::Next::Subscribe`], as the simple Query form is. Returns whether it was.
+    /// as [`super::Next::Aside`], as the simple Query form is. Returns whether it was.
     pub(super) fn extended_subscription(&mut self) -> bool {
         let unnamed = self.unnamed.as_deref().map(|p| &p[..]);
         let statements = &self.statements;

@@ -544,12 +544,14 @@ impl<'p> Sim<'p> {
                     self.end_session(c);
                     return Ok(());
                 }
-                // The programs drop no database.
-                Next::FreeDatabase => {}
-                Next::Subscribe => {
-                    // The model has no listening connection: the programs send no LISTEN.
+                Next::Aside => {
+                    // The model has no listening connection: the programs send no LISTEN
+                    // (and drop no database).
                     let cl = &mut self.clients[c];
-                    let listen = matches!(cl.relay.take_subscribe(), Some(Subscribe::Listen(_)));
+                    let Some(sub) = cl.relay.take_subscribe() else {
+                        continue;
+                    };
+                    let listen = matches!(sub, Subscribe::Listen(_));
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
                     cl.relay.subscribed(listen, Err(e));
                 }
