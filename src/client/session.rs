@@ -605,21 +605,22 @@ impl<'a> Session<'a> {
             self.free_database();
             return;
         };
-        match sub {
-            Subscribe::Listen(channel) => {
-                let res = self.listen(&channel).await;
-                self.relay.subscribed(true, res);
-            }
+        let res = match &sub {
+            Subscribe::Listen(channel) => self.listen(channel).await,
             Subscribe::Unlisten(channel) => {
                 self.unlisten(channel.as_deref());
-                self.relay.subscribed(false, Ok(()));
+                Ok(false)
             }
-        }
+        };
+        self.relay.subscribed(&sub, res);
     }
 
     /// Subscribes the client to `channel` with the pool's listening connection, within
-    /// `query_wait_timeout`.
-    async fn listen(&mut self, channel: &str) -> Result<(), crate::protocol::backend::ErrorFields> {
+    /// `query_wait_timeout`; returns whether it did not listen there before.
+    async fn listen(
+        &mut self,
+        channel: &str,
+    ) -> Result<bool, crate::protocol::backend::ErrorFields> {
         let id = self.relay.id();
         let inbox = self.inbox.get_or_insert_with(|| Box::new(Inbox::new(id)));
         let wait = self.shared.config.load().pool.query_wait_timeout;
@@ -643,7 +644,7 @@ impl<'a> Session<'a> {
             inbox.note(true, Some(channel));
         }
         self.relay.set_listening(!inbox.channels().is_empty());
-        res
+        res.map(|()| !already)
     }
 
     /// Ends the client's subscription to `channel` (`None`: all).
@@ -728,7 +729,10 @@ impl<'a> Session<'a> {
         // a transaction's own notifications.
         self.relay.before_ready(|relay| {
             while let Some(item) = inbox.try_recv() {
-                relay.notify(item.as_deref(), inbox.take_lost(), &mut wire);
+                let note = item.as_deref().filter(|n| inbox.hears(n));
+                if note.is_some() || item.is_none() {
+                    relay.notify(note, inbox.take_lost(), &mut wire);
+                }
             }
         });
     }

@@ -137,6 +137,18 @@ impl Inbox {
         }
     }
 
+    /// Whether `note` is on a channel the client listens on now: one queued before its
+    /// `UNLISTEN` (or before a rollback ended its `LISTEN`) is not delivered, as PostgreSQL,
+    /// which reads its queue when it delivers, does not deliver it.
+    pub fn hears(&self, note: &Note) -> bool {
+        let channel = note
+            .raw
+            .get(frame::HEADER_LEN..)
+            .and_then(parse_notification)
+            .map(|(_, channel, _)| channel);
+        channel.map_or(true, |c| self.channels.iter().any(|x| x.as_bytes() == c))
+    }
+
     /// Ready once a notification is queued (taken with [`Inbox::try_recv`]): the waiting
     /// future carries no message.
     pub fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
@@ -345,6 +357,18 @@ mod tests {
         assert!(inbox.take_lost());
         assert!(!inbox.take_lost());
         assert!(inbox.try_recv().is_some());
+    }
+
+    #[test]
+    fn only_a_channel_listened_on_now_is_delivered() {
+        let mut inbox = Inbox::new(1);
+        let on = |c| Note::new(with_pid(&notification(7, c, "p"), 7));
+        inbox.note(true, Some("a"));
+        assert!(inbox.hears(&on("a")));
+        assert!(!inbox.hears(&on("b")));
+        // Queued before the UNLISTEN: not delivered after it.
+        inbox.note(false, Some("a"));
+        assert!(!inbox.hears(&on("a")));
     }
 
     #[test]

@@ -178,11 +178,12 @@ impl Relay {
                 self.on_unheld(tag, seen, total, io)?;
                 continue;
             };
-            if self.policy.track_settings
-                && self.batch.status == backend::TX_IN_BLOCK
-                && self.subscribes_in_block(held, tag, hooked, whole, seen)
-            {
-                continue;
+            if self.policy.track_settings && self.batch.status == backend::TX_IN_BLOCK {
+                match self.subscribes_in_block(held, tag, hooked, whole, seen) {
+                    None => {}
+                    Some(false) => continue,
+                    Some(true) => return Ok(Next::Aside),
+                }
             }
             if hooked && self.policy.tracking {
                 match self.execute_kept(held, seen) {
@@ -256,8 +257,9 @@ impl Relay {
 
     /// A lone `LISTEN`/`UNLISTEN` in front (a whole Query of `seen` bytes when `hooked`, or
     /// an extended-protocol batch that does nothing else) in the client's open block, in
-    /// transaction mode, with nothing in flight on `held` and no pin: answered here, made
-    /// when the block commits (`Relay::subscribe_in_block`). Returns whether it was.
+    /// transaction mode, with nothing in flight on `held` and no pin: taken from the client
+    /// (`Relay::subscribe_in_block`). Returns `None` if it is not one, otherwise whether the
+    /// driver does it now ([`Next::Aside`]).
     #[cold]
     fn subscribes_in_block(
         &mut self,
@@ -266,17 +268,15 @@ impl Relay {
         hooked: bool,
         whole: bool,
         seen: usize,
-    ) -> bool {
+    ) -> Option<bool> {
         if self.policy.session_state != StateRule::Pin
             || !held.replies.is_empty()
             || self.pinned().is_some()
         {
-            return false;
+            return None;
         }
         let sub = if hooked {
-            let Some(sub) = subscribe::of_query(&self.client.cbuf[..seen]) else {
-                return false;
-            };
+            let sub = subscribe::of_query(&self.client.cbuf[..seen])?;
             self.client.cbuf.advance(seen);
             sub
         } else if whole
@@ -285,15 +285,11 @@ impl Relay {
             && self.may_subscribe_extended(tag)
             && self.extended_subscription()
         {
-            match self.take_subscribe() {
-                Some(sub) => sub,
-                None => return false,
-            }
+            self.take_subscribe()?
         } else {
-            return false;
+            return None;
         };
-        self.subscribe_in_block(sub);
-        true
+        Some(self.subscribe_in_block(sub))
     }
 
     /// Writes a NoticeResponse of `fields` for the client.
@@ -349,16 +345,31 @@ impl Relay {
 
     /// Answers the `LISTEN`/`UNLISTEN` the driver did (or could not do), as PostgreSQL
     /// does outside a transaction block.
-    pub fn subscribed(&mut self, listen: bool, res: Result<(), ErrorFields>) {
+    /// `res`: whether the client did not listen on the channel before. Inside a block the
+    /// `LISTEN` is noted, to end if the block rolls back. (One the pooling connection could
+    /// not make leaves the block as it was: no server ran it.)
+    pub fn subscribed(&mut self, sub: &Subscribe, res: Result<bool, ErrorFields>) {
+        let in_block = self.batch.status == backend::TX_IN_BLOCK;
         let out = &mut self.client.cout;
-        match res {
-            Ok(()) => backend::command_complete(out, if listen { "LISTEN" } else { "UNLISTEN" }),
-            Err(fields) => {
+        match (sub, res) {
+            (Subscribe::Listen(channel), Ok(new)) => {
+                backend::command_complete(out, "LISTEN");
+                if in_block {
+                    self.listened_in_block(channel, new);
+                }
+            }
+            (Subscribe::Unlisten(_), Ok(_)) => backend::command_complete(out, "UNLISTEN"),
+            (_, Err(fields)) => {
                 self.metrics.pooler_error(&fields.code);
                 backend::error_response(out, &fields);
             }
         }
-        backend::ready_for_query(out, backend::TX_IDLE);
+        let status = if in_block {
+            backend::TX_IN_BLOCK
+        } else {
+            backend::TX_IDLE
+        };
+        backend::ready_for_query(&mut self.client.cout, status);
     }
 
     /// The client listens (or no longer does) through the pool's listening connection.

@@ -49,9 +49,14 @@ pub(super) enum Step {
     /// through the pool's listening connection (or answered by the pooler in a block):
     /// that subscription ends when it commits.
     Unlisten(Option<String>),
-    /// A lone `LISTEN` in a block, answered by the pooler (no server runs it): the client
-    /// subscribes through the pool's listening connection when the block commits.
-    Listen(String),
+    /// A lone `LISTEN` in a block, done with the pool's listening connection when it came
+    /// (no server runs it; `new`: the client did not listen on that channel before): a
+    /// rollback ends a new subscription, and a commit makes it again after an `UNLISTEN` of
+    /// the same block.
+    Listen {
+        channel: String,
+        new: bool,
+    },
     Begin,
     Commit,
     Rollback,
@@ -161,7 +166,7 @@ fn first_name(msg: &[u8]) -> &[u8] {
 impl Log {
     /// Whether a `LISTEN` the pooler answered waits for its transaction's end.
     fn listens(&self) -> bool {
-        let listen = |s: &Step| matches!(s, Step::Listen(_));
+        let listen = |s: &Step| matches!(s, Step::Listen { .. });
         self.batch.iter().any(listen) || self.open.iter().any(listen)
     }
 
@@ -252,6 +257,7 @@ impl Log {
         let explicit = status != b::TX_IDLE;
         let mut sure = !unsure;
         let mut committed = Vec::new();
+        let mut listens_unknown = false;
         if failed {
             if batch.iter().any(Step::immediate) {
                 // Made if its own statement ran, whatever the transaction: which one failed
@@ -260,20 +266,16 @@ impl Log {
             } else if controls || (!self.explicit && units > 1) {
                 // Which statement failed, and so on which side of a boundary, is unknown.
                 // (An `UNLISTEN` of unknown fate is dropped and a `LISTEN` of unknown fate
-                // counts: the client may hear more than it would, never less.)
+                // stays: the client may hear more than it would, never less.)
                 sure &= !changes && !self.open.iter().any(Step::changes);
-                let listens = self.open.iter().chain(&batch).filter_map(|s| match s {
-                    Step::Listen(channel) => Some(Subscribe::Listen(channel.clone())),
-                    _ => None,
-                });
-                self.subscriptions.extend(listens);
+                listens_unknown = true;
             } else if self.explicit {
                 // The block has failed: what this batch changed is undone by its end, or by
                 // a rollback to a savepoint made before this batch.
                 sure &= status == b::TX_FAILED || !changes;
             } else {
                 // One implicit transaction, undone whole.
-                self.open.clear();
+                self.undo(0);
             }
         } else if sure {
             sure = self.walk(batch, &mut committed) && self.explicit == explicit;
@@ -284,12 +286,18 @@ impl Log {
                     Step::Unlisten(channel) => {
                         self.subscriptions.push(Subscribe::Unlisten(channel))
                     }
-                    Step::Listen(channel) => self.subscriptions.push(Subscribe::Listen(channel)),
+                    Step::Listen { channel, .. } => {
+                        self.subscriptions.push(Subscribe::Listen(channel))
+                    }
                     c => sure &= Self::apply(&c, &mut self.settings, srv, dropped),
                 }
             }
         }
         if !explicit || !sure {
+            if sure && !listens_unknown {
+                self.undo(0);
+            }
+            // (Otherwise a `LISTEN` of unknown fate stays.)
             self.open.clear();
             self.marks.clear();
         }
@@ -311,7 +319,7 @@ impl Log {
                     self.explicit = false;
                 }
                 Step::Commit | Step::Rollback => {
-                    self.open.clear();
+                    self.undo(0);
                     self.marks.clear();
                     self.explicit = false;
                     self.aborted = false;
@@ -324,7 +332,7 @@ impl Log {
                     let Some(i) = self.marks.iter().rposition(|(n, _)| *n == name) else {
                         return false;
                     };
-                    self.open.truncate(self.marks[i].1);
+                    self.undo(self.marks[i].1);
                     self.marks.truncate(i + 1);
                     self.aborted = false;
                 }
@@ -338,6 +346,16 @@ impl Log {
             }
         }
         true
+    }
+
+    /// Drops the open transaction's changes from the `at`th on (rolled back): a
+    /// subscription a `LISTEN` among them made anew ends.
+    fn undo(&mut self, at: usize) {
+        for step in self.open.drain(at.min(self.open.len())..) {
+            if let Step::Listen { channel, new: true } = step {
+                self.subscriptions.push(Subscribe::Unlisten(Some(channel)));
+            }
+        }
     }
 }
 
@@ -472,30 +490,46 @@ impl Relay {
     }
 
     /// A lone `LISTEN`/`UNLISTEN` in the client's open block, with nothing in flight on its
-    /// server and no pin (`track`): answered here as PostgreSQL answers it, and noted in the
-    /// journal, to be made with the pool's listening connection if the block commits. No
-    /// server runs it, so none is left listening and the client is not pinned.
-    pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) {
-        let out = &mut self.client.cout;
-        let (tag, step) = match sub {
-            Subscribe::Listen(channel) => ("LISTEN", Step::Listen(channel)),
-            Subscribe::Unlisten(channel) => ("UNLISTEN", Step::Unlisten(channel)),
+    /// server and no pin (`track`). No server runs it, so none is left listening and the
+    /// client is not pinned. A `LISTEN` is handed to the driver, done with the pool's
+    /// listening connection at once (so a `NOTIFY` of the same block reaches the client
+    /// at its commit, as directly) and noted by [`Relay::subscribed`]; a rollback ends it. An
+    /// `UNLISTEN` is answered here, as PostgreSQL answers it, and noted, to count if the
+    /// block commits. Returns whether the driver has work ([`super::Next::Aside`]).
+    pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) -> bool {
+        let Subscribe::Unlisten(channel) = sub else {
+            self.client.subscribe = Some(Box::new(sub));
+            return true;
         };
-        b::command_complete(out, tag);
+        let out = &mut self.client.cout;
+        b::command_complete(out, "UNLISTEN");
         b::ready_for_query(out, self.batch.status);
-        let hears = self.client.listening || self.client.log.as_deref().is_some_and(Log::listens);
-        if matches!(step, Step::Unlisten(_)) && !hears {
-            // Nothing to end.
-            return;
+        if self.client.listening {
+            self.note_subscription(Step::Unlisten(channel));
         }
+        false
+    }
+
+    /// Notes a `LISTEN`/`UNLISTEN` of the client's open block in its journal.
+    /// It is done (no server owes anything, so every earlier step has been walked): a change
+    /// of the open transaction from here on, which a failure later in the block leaves there
+    /// for the block's end to undo.
+    pub(super) fn note_subscription(&mut self, step: Step) {
         let status = self.batch.status;
         let log = self
             .client
             .log
             .get_or_insert_with(|| Box::new(Log::new(status)));
-        log.batch.push(step);
-        log.batch.push(Step::End);
-        log.units += 1;
+        log.open.push(step);
+    }
+
+    /// Notes a `LISTEN` of the client's open block that the driver did (`new`: the client
+    /// did not listen on `channel` before).
+    pub(super) fn listened_in_block(&mut self, channel: &str, new: bool) {
+        self.note_subscription(Step::Listen {
+            channel: channel.to_owned(),
+            new,
+        });
     }
 
     /// The settings this client has made by SQL (`track`), to be brought onto its servers.
@@ -547,7 +581,10 @@ mod tests {
         /// Batches (steps, failed, status after).
         type Batches = Vec<(Vec<Step>, bool, u8)>;
         let un = |c: &str| Step::Unlisten(Some(c.into()));
-        let li = |c: &str| Step::Listen(c.into());
+        let li = |c: &str, new| Step::Listen {
+            channel: c.into(),
+            new,
+        };
         let sub_un = |c: &str| Subscribe::Unlisten(Some(c.into()));
         let sub_li = |c: &str| Subscribe::Listen(c.into());
         // The batches, and the subscriptions made and ended at the end, in order.
@@ -584,20 +621,32 @@ mod tests {
                 vec![(vec![un("a"), Step::End, un("b"), Step::End], true, I)],
                 vec![],
             ),
-            // A LISTEN the pooler answered in a block, in order with an UNLISTEN.
+            // A LISTEN done in a block, in order with an UNLISTEN: made again at the commit.
             (
                 vec![
                     (vec![Step::Begin, Step::End], false, T),
-                    (vec![li("a"), Step::End, un("a"), Step::End], false, T),
-                    (vec![li("b"), Step::End, Step::Commit, Step::End], false, I),
+                    (vec![li("a", true), Step::End, un("a"), Step::End], false, T),
+                    (
+                        vec![li("a", false), Step::End, Step::Commit, Step::End],
+                        false,
+                        I,
+                    ),
                 ],
-                vec![sub_li("a"), sub_un("a"), sub_li("b")],
+                vec![sub_li("a"), sub_un("a"), sub_li("a")],
             ),
-            // Undone by a failed block, whose COMMIT rolls back, and by a savepoint's rollback.
+            // Undone by a rollback, by a failed block (its COMMIT rolls back) and by a
+            // savepoint's rollback: a new subscription ends, an older one stays.
             (
                 vec![
                     (vec![Step::Begin, Step::End], false, T),
-                    (vec![li("a"), Step::End], false, T),
+                    (
+                        vec![li("a", true), Step::End, li("old", false), Step::End],
+                        false,
+                        T,
+                    ),
+                    (vec![Step::Rollback, Step::End], false, I),
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![li("b", true), Step::End], false, T),
                     (vec![Step::End], true, E),
                     (vec![Step::Commit, Step::End], false, I),
                     (
@@ -605,24 +654,24 @@ mod tests {
                         false,
                         T,
                     ),
-                    (vec![li("b"), Step::End], false, T),
+                    (vec![li("c", true), Step::End], false, T),
                     (
                         vec![Step::RollbackTo("s".into()), Step::Commit, Step::End],
                         false,
                         I,
                     ),
                 ],
-                vec![],
+                vec![sub_un("a"), sub_un("b"), sub_un("c")],
             ),
-            // A COMMIT beside a statement that failed: the LISTEN of unknown fate counts
+            // A COMMIT beside a statement that failed: the LISTEN of unknown fate stays
             // (more heard than directly, never less).
             (
                 vec![
                     (vec![Step::Begin, Step::End], false, T),
-                    (vec![li("a"), Step::End], false, T),
+                    (vec![li("a", true), Step::End], false, T),
                     (vec![Step::Commit, Step::End], true, I),
                 ],
-                vec![sub_li("a")],
+                vec![],
             ),
         ];
         for (i, (batches, want)) in cases.into_iter().enumerate() {

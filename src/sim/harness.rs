@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::params::ClientParams;
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Io, Next, Policy, Relay, Subscribe};
+use crate::relay::{Io, Next, Policy, Relay};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -551,9 +551,8 @@ impl<'p> Sim<'p> {
                     let Some(sub) = cl.relay.take_subscribe() else {
                         continue;
                     };
-                    let listen = matches!(sub, Subscribe::Listen(_));
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    cl.relay.subscribed(listen, Err(e));
+                    cl.relay.subscribed(&sub, Err(e));
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {

@@ -333,7 +333,7 @@ async fn batch_tags(c: &mut Raw, msgs: &[bytes::BytesMut]) -> String {
 /// no server either: answered while another client holds the pool's only server, with the
 /// messages PostgreSQL sends. Run by a server (bound again inside a block beside other
 /// statements), the statement pins the client, as any `LISTEN` a server runs does; alone in
-/// a block, it is answered by the pooler and made (or, an `UNLISTEN`, ended) at `COMMIT`.
+/// a block, it is done by the listening connection (an `UNLISTEN` counts at `COMMIT`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extended_listen_holds_no_server() {
     use crate::support::metrics::{metric_or_zero, scrape};
@@ -438,8 +438,8 @@ async fn an_extended_listen_holds_no_server() {
     ok(&mut l2, "commit").await;
     assert_eq!(pins(), 1.0);
     drop(l2);
-    // tokio-postgres's own statement alone in a block is answered by the pooler and made
-    // at COMMIT: no pin, and the busy client gets the one server once the block is over.
+    // tokio-postgres's own statement alone in a block is done by the listening connection:
+    // no pin, and the busy client gets the one server once the block is over.
     tp.batch_execute("begin").await.unwrap();
     tp.execute(&listen, &[]).await.unwrap();
     tp.batch_execute("commit").await.unwrap();
@@ -553,13 +553,14 @@ fn answer(f: &[Frame]) -> String {
 }
 
 /// A lone `LISTEN` or `UNLISTEN` inside a block (as psycopg and psycopg2 send one outside
-/// autocommit) is answered by the pooler and made with the pool's listening connection when
-/// the block commits: the client is not pinned, so a busy client keeps the pool's one
-/// server between the listener's blocks. What is heard after every step is compared with
-/// PostgreSQL's own behaviour: rollbacks, a failed block, its COMMIT, a rollback to a
-/// savepoint, an UNLISTEN in the same block, a statement between.
+/// autocommit) is done by the pool's listening connection, not a server: the client is not
+/// pinned, so a busy client keeps the pool's one server between the listener's blocks. A
+/// rollback ends the `LISTEN`; an `UNLISTEN` counts when its block commits. What is heard
+/// after every step is compared with PostgreSQL's own behaviour: rollbacks, a failed block,
+/// its COMMIT, a rollback to a savepoint, an UNLISTEN in the same block, a statement
+/// between, the client's own NOTIFY in the block of its LISTEN.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listen_in_a_block_is_made_at_commit_and_pins_nothing() {
+async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
     use crate::support::metrics::{metric_or_zero, scrape};
     let db = "ls_block";
     let p = start(db);
@@ -588,6 +589,11 @@ async fn a_listen_in_a_block_is_made_at_commit_and_pins_nothing() {
         (&["begin", "unlisten *", "commit"], "i"),
         (&["start transaction", "listen ch", "commit"], "j"),
         (&["begin", "unlisten *", "rollback"], "k"),
+        // Its own NOTIFY in the block of its LISTEN: heard before the COMMIT's
+        // ReadyForQuery, as directly; rolled back, neither.
+        (&["begin", "listen s", "notify s, 'own'", "commit"], "l"),
+        (&["begin", "listen s2", "notify s2, 'own'", "rollback"], "m"),
+        (&["unlisten s"], "n"),
     ];
     let mut seen = Vec::new();
     for port in [pg.port, p.port()] {
@@ -614,7 +620,12 @@ async fn a_listen_in_a_block_is_made_at_commit_and_pins_nothing() {
         seen[1], seen[0],
         "through the pooler (left) vs directly (right)"
     );
-    for want in ["heard [\"a\"]", "heard [\"h\", \"oh\", \"qh\"]", "heard []"] {
+    for want in [
+        "heard [\"a\"]",
+        "heard [\"h\", \"oh\", \"qh\"]",
+        "heard []",
+        "commit: C(COMMIT\0) A Z(I)",
+    ] {
         assert!(seen[0].iter().any(|l| l == want), "{want}: {:?}", seen[0]);
     }
     let m = scrape(&p);
