@@ -471,14 +471,16 @@ async fn the_last_piece_ends_the_pin(state: &str) {
     assert_eq!(pinned(&p), 0.0);
 
     // Same backend throughout (one server), and every check was the pooler's own: B, on
-    // it now, sees none of A's state.
+    // it now, sees none of A's state. (Only this backend's: other tests hold advisory locks
+    // in the same cluster meanwhile.)
     let got = b.query("select pg_backend_pid()").await;
     assert_eq!(first_col(&got[1]), Some(pid_a));
     let got = b
         .query(
             "select (select count(*) from pg_cursors) + (select count(*) from pg_locks \
-             where locktype = 'advisory') + (select count(*) from pg_class \
-             where relname like 't_piece%')",
+             where locktype = 'advisory' and pid = pg_backend_pid()) + (select count(*) \
+             from pg_class where relname like 't_piece%' \
+             and relnamespace = pg_my_temp_schema())",
         )
         .await;
     assert_eq!(first_col(&got[1]).as_deref(), Some("0"));
