@@ -155,6 +155,9 @@ struct PoolState {
     held: bool,
     /// Standbys kept for the next recheck (see `parked`), each holding a slot.
     parked: Vec<Server>,
+    /// A client's `DROP DATABASE` (or the like) of this pool's database came while clients
+    /// were attached: if the last leaves before then, the servers are closed.
+    free_until: Option<std::time::Instant>,
 }
 
 impl PoolState {
@@ -172,6 +175,7 @@ impl PoolState {
             route: Arc::new(route),
             held: false,
             parked: Vec::new(),
+            free_until: None,
         }
     }
 }
@@ -427,13 +431,32 @@ impl Pool {
     /// uses the pool, its servers are closed (idle ones now, the others when released, as
     /// `RECONNECT` does), so that idle servers kept for departed clients do not stand in the
     /// way. With clients, nothing is closed: the statement meets their sessions, as it would
-    /// directly. Returns whether it closed.
+    /// directly. But PostgreSQL waits a while for other sessions to go before it refuses, and
+    /// a client may be leaving as the statement comes (a test suite closes its pool, then
+    /// drops its database): if the last client leaves within that wait, the servers are
+    /// closed then. Returns whether it closed now.
     pub fn free_for_database_command(&self) -> bool {
+        /// PostgreSQL's wait for other sessions (`CountOtherDBBackends`: 50 × 100 ms).
+        const POSTGRES_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
         if self.attached_clients() > 0 {
+            self.lock().free_until = Some(std::time::Instant::now() + POSTGRES_WAIT);
             return false;
         }
         self.reconnect();
         true
+    }
+
+    /// The last client left: the servers are closed if a database command asked for it
+    /// a moment ago ([`Pool::free_for_database_command`]).
+    fn last_client_left(&self) {
+        let due = self
+            .lock()
+            .free_until
+            .take()
+            .is_some_and(|until| std::time::Instant::now() < until);
+        if due {
+            self.reconnect();
+        }
     }
 
     pub fn user(&self) -> &str {
@@ -927,6 +950,9 @@ impl Drop for PoolClient {
     fn drop(&mut self) {
         self.0.detach_user_client();
         let left = self.0.inner.clients.fetch_sub(1, Ordering::Relaxed) - 1;
+        if left == 0 {
+            self.0.last_client_left();
+        }
         if self.0.is_draining() {
             // One client fewer: an idle server beyond the clients left goes now.
             let extra = {

@@ -40,7 +40,8 @@ async fn sessions_on(db: &str) -> i64 {
     .get(0)
 }
 
-/// A client of `db` runs a query and leaves: the pooler keeps its server, idle.
+/// A client of `db` runs a query and leaves (the statement that follows may come while the
+/// pooler is still seeing it off): the pooler keeps its server, idle.
 async fn leave_an_idle_server(p: &Pooler, db: &str) {
     leave_an_idle_server_as(p, USER, db).await
 }
@@ -76,10 +77,27 @@ async fn a_database_no_client_uses_is_freed_for_drop_database() {
                 .await
                 .expect_err("refused while a client is connected");
             assert_eq!(err.code(), Some(&SqlState::OBJECT_IN_USE), "{err}");
+            // Its pool kept its server.
+            assert!(sessions_on(&db).await > 0);
             stays.simple_query("select 1").await.unwrap();
             drop(stays);
-            // (The client's own pool is not closed: the refusal left its server there.)
-            assert!(sessions_on(&db).await > 0);
+
+            // A client that leaves while PostgreSQL waits for the database's sessions to go:
+            // its pool's server goes then, and the statement succeeds.
+            let leaving_db = format!("leaving_{mode}");
+            create_db(pg, &leaving_db);
+            let leaving = p.connect(USER, &leaving_db).await;
+            leaving.simple_query("select 1").await.unwrap();
+            let admin2 = p.connect(USER, "postgres").await;
+            let sql = format!("DROP DATABASE {leaving_db}");
+            let dropping = tokio::spawn(async move { admin2.simple_query(&sql).await.map(drop) });
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(!dropping.is_finished(), "PostgreSQL waits for the session");
+            drop(leaving);
+            dropping
+                .await
+                .unwrap()
+                .expect("the statement succeeds once the last client has left");
 
             // Another role's idle server is not closed for this client's statement: a
             // client cannot make another tenant's servers churn.
@@ -94,8 +112,9 @@ async fn a_database_no_client_uses_is_freed_for_drop_database() {
             assert_eq!(err.code(), Some(&SqlState::OBJECT_IN_USE), "{err}");
             pg.psql_db("postgres", &format!("DROP DATABASE {theirs} WITH (FORCE)"));
         }
-        // No client uses it: the idle server is closed first and the statement succeeds,
-        // by the simple protocol in one mode and the extended one in the other.
+        // No client uses it (or the last is leaving as the statement comes, as a test suite
+        // closes its pool and drops its database): the server is closed and the statement
+        // succeeds, by the simple protocol in one mode and the extended one in the other.
         let sql = format!("drop database if exists \"{db}\"");
         let res = if mode == "transaction" {
             admin.simple_query(&sql).await.map(drop)
