@@ -344,10 +344,9 @@ impl Relay {
     }
 
     /// Answers the `LISTEN`/`UNLISTEN` the driver did (or could not do), as PostgreSQL
-    /// does outside a transaction block.
-    /// `res`: whether the client did not listen on the channel before. Inside a block the
-    /// `LISTEN` is noted, to end if the block rolls back. (One the pooling connection could
-    /// not make leaves the block as it was: no server ran it.)
+    /// does; `res`: whether the client did not listen on the channel before. Inside a block
+    /// the `LISTEN` is noted, to end if the block rolls back. (One the listening connection
+    /// could not make leaves the block as it was: no server ran it.)
     pub fn subscribed(&mut self, sub: &Subscribe, res: Result<bool, ErrorFields>) {
         let in_block = self.batch.status == backend::TX_IN_BLOCK;
         let out = &mut self.client.cout;

@@ -164,12 +164,6 @@ fn first_name(msg: &[u8]) -> &[u8] {
 }
 
 impl Log {
-    /// Whether a `LISTEN` the pooler answered waits for its transaction's end.
-    fn listens(&self) -> bool {
-        let listen = |s: &Step| matches!(s, Step::Listen { .. });
-        self.batch.iter().any(listen) || self.open.iter().any(listen)
-    }
-
     /// Whether the client holds an SQL prepared statement `name`.
     pub(super) fn sql_prepared(&self, name: &str) -> bool {
         self.settings.has(Kind::Prepared, name)
@@ -286,8 +280,15 @@ impl Log {
                     Step::Unlisten(channel) => {
                         self.subscriptions.push(Subscribe::Unlisten(channel))
                     }
+                    // Subscribed when it came: made again only after an `UNLISTEN` of it
+                    // that this commit counts too.
                     Step::Listen { channel, .. } => {
-                        self.subscriptions.push(Subscribe::Listen(channel))
+                        let ended = self.subscriptions.iter().any(|s| {
+                            matches!(s, Subscribe::Unlisten(c) if c.as_ref().map_or(true, |c| *c == channel))
+                        });
+                        if ended {
+                            self.subscriptions.push(Subscribe::Listen(channel));
+                        }
                     }
                     c => sure &= Self::apply(&c, &mut self.settings, srv, dropped),
                 }
@@ -370,10 +371,9 @@ impl Relay {
         whole: bool,
         found: &[(usize, Effect)],
     ) -> Option<Pin> {
-        // An `UNLISTEN` matters to a client that listens through the pool's connection, or
-        // will once its block commits (a server's own `LISTEN`s are the server's to end).
-        let listening =
-            self.client.listening || self.client.log.as_deref().is_some_and(Log::listens);
+        // An `UNLISTEN` matters to a client that listens through the pool's connection (a
+        // server's own `LISTEN`s are the server's to end).
+        let listening = self.client.listening;
         let steps = || {
             found
                 .iter()
@@ -480,7 +480,8 @@ impl Relay {
             .unwrap_or_default()
     }
 
-    /// Whether committed `LISTEN`s wait for the driver ([`Relay::take_subscriptions`]).
+    /// Whether `LISTEN`s to make again (after a committed `UNLISTEN` of the same block)
+    /// wait for the driver ([`Relay::take_subscriptions`]).
     pub fn listens_due(&self) -> bool {
         self.client.log.as_deref().is_some_and(|l| {
             l.subscriptions
@@ -632,7 +633,16 @@ mod tests {
                         I,
                     ),
                 ],
-                vec![sub_li("a"), sub_un("a"), sub_li("a")],
+                vec![sub_un("a"), sub_li("a")],
+            ),
+            // Committed alone: subscribed already, nothing to do.
+            (
+                vec![
+                    (vec![Step::Begin, Step::End], false, T),
+                    (vec![li("a", true), Step::End], false, T),
+                    (vec![Step::Commit, Step::End], false, I),
+                ],
+                vec![],
             ),
             // Undone by a rollback, by a failed block (its COMMIT rolls back) and by a
             // savepoint's rollback: a new subscription ends, an older one stays.
