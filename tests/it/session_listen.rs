@@ -479,6 +479,40 @@ async fn heard(l: &mut Raw) -> Vec<String> {
     got
 }
 
+/// Runs `steps` (a listener's queries, then a busy client's `NOTIFY` on each of `notify`'s
+/// channels with the step's payload after its prefix) directly against PostgreSQL and through
+/// the pooler `p`, and returns, for each, every answer the listener got and what it heard
+/// after each step. The busy client runs between the listener's steps: with a pool of one
+/// server, a listener pinned there would make it wait out `query_wait_timeout` and fail.
+async fn run_both_ways(
+    p: &Pooler,
+    db: &str,
+    steps: &[(&[&str], &str)],
+    notify: &[(&str, &str)],
+) -> Vec<Vec<String>> {
+    let pg = support::shared();
+    let mut seen = Vec::new();
+    for port in [pg.port, p.port()] {
+        let mut l = Raw::connect(port, USER, db).await;
+        let mut b = Raw::connect(port, USER, db).await;
+        let mut log = Vec::new();
+        for (sqls, payload) in steps {
+            for sql in *sqls {
+                let f = l.query(sql).await;
+                log.push(format!("{sql}: {}", answer(&f)));
+            }
+            let sql: Vec<String> = notify
+                .iter()
+                .map(|(ch, prefix)| format!("notify {ch}, '{prefix}{payload}'"))
+                .collect();
+            ok(&mut b, &sql.join("; ")).await;
+            log.push(format!("heard {:?}", heard(&mut l).await));
+        }
+        seen.push(log);
+    }
+    seen
+}
+
 /// An `UNLISTEN` a server runs for a client that listens through the pool's connection (in
 /// a block, beside another statement) ends that subscription when it commits, as
 /// PostgreSQL's does: not when it is rolled back or fails. Every step is run directly too,
@@ -487,7 +521,6 @@ async fn heard(l: &mut Raw) -> Vec<String> {
 async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
     let db = "ls_unlisten";
     let p = start(db);
-    let pg = support::shared();
     let steps: &[(&[&str], &str)] = &[
         (&["LISTEN ch", "LISTEN other"], "a"),
         (&["begin; unlisten ch; rollback"], "b"),
@@ -509,26 +542,8 @@ async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
         (&["LISTEN ch"], "i"),
         (&["begin", "unlisten *", "commit"], "j"),
     ];
-    let mut seen = Vec::new();
-    for port in [pg.port, p.port()] {
-        let mut l = Raw::connect(port, USER, db).await;
-        let mut b = Raw::connect(port, USER, db).await;
-        let mut log = Vec::new();
-        for (sqls, payload) in steps {
-            for sql in *sqls {
-                let f = l.query(sql).await;
-                let t = tags(&f);
-                log.push(format!("{sql}: {}", t));
-            }
-            ok(
-                &mut b,
-                &format!("notify ch, '{payload}'; notify other, 'o{payload}'"),
-            )
-            .await;
-            log.push(format!("heard {:?}", heard(&mut l).await));
-        }
-        seen.push(log);
-    }
+    let notify = [("ch", ""), ("other", "o")];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
     assert_eq!(
         seen[1], seen[0],
         "through the pooler (left) vs directly (right)"
@@ -564,7 +579,6 @@ async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
     use crate::support::metrics::{metric_or_zero, scrape};
     let db = "ls_block";
     let p = start(db);
-    let pg = support::shared();
     let steps: &[(&[&str], &str)] = &[
         (&["begin", "listen ch", "commit"], "a"),
         (&["begin", "listen other", "rollback"], "b"),
@@ -595,27 +609,8 @@ async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
         (&["begin", "listen s2", "notify s2, 'own'", "rollback"], "m"),
         (&["unlisten s"], "n"),
     ];
-    let mut seen = Vec::new();
-    for port in [pg.port, p.port()] {
-        let mut l = Raw::connect(port, USER, db).await;
-        let mut b = Raw::connect(port, USER, db).await;
-        let mut log = Vec::new();
-        for (sqls, payload) in steps {
-            for sql in *sqls {
-                let f = l.query(sql).await;
-                log.push(format!("{sql}: {}", answer(&f)));
-            }
-            // The busy client runs between the listener's blocks (a pinned listener would
-            // keep the one server: this would wait out query_wait_timeout and fail).
-            ok(
-                &mut b,
-                &format!("notify ch, '{payload}'; notify other, 'o{payload}'; notify \"Q\", 'q{payload}'"),
-            )
-            .await;
-            log.push(format!("heard {:?}", heard(&mut l).await));
-        }
-        seen.push(log);
-    }
+    let notify = [("ch", ""), ("other", "o"), ("\"Q\"", "q")];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
     assert_eq!(
         seen[1], seen[0],
         "through the pooler (left) vs directly (right)"
