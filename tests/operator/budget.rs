@@ -132,7 +132,7 @@ async fn the_share_is_held_per_database_only_while_every_pooler_reads_it() {
         .await
         .expect("cm");
     std::fs::write(file.path(), &cm.data.expect("data")[CONFIG_KEY]).expect("write");
-    let current = Pooler::start(file.path());
+    let current = Pooler::start(file.path()).await;
     running_pod(&client, &ns, "w-1", current.admin).await;
     let per_db = "held per database (pool.max_db_connections)";
     held(&client, &ns, (8, 8), BudgetScope::Database, per_db).await;

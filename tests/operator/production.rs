@@ -346,22 +346,46 @@ pub(crate) struct Pooler {
 }
 
 impl Pooler {
-    pub(crate) fn start(file: &std::path::Path) -> Pooler {
-        let admin = support::free_port();
-        let port = support::free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_droid-pool"))
-            .args(["--config", file.to_str().expect("path")])
-            .args([
-                "--port",
-                &port.to_string(),
-                "--admin-port",
-                &admin.to_string(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start droid-pool");
-        Pooler { child, admin }
+    /// Starts a pooler and waits until its admin port answers. Its ports come from
+    /// `free_port`, which another test may take between the probe and the pooler's bind: a
+    /// pooler that exits is started again on other ports, so that a lost race is not a
+    /// pooler the operator never hears from.
+    pub(crate) async fn start(file: &std::path::Path) -> Pooler {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let admin = support::free_port();
+            let port = support::free_port();
+            let log = tempfile::NamedTempFile::new().expect("log file");
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_droid-pool"))
+                .args(["--config", file.to_str().expect("path")])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--admin-port",
+                    &admin.to_string(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(log.reopen().expect("log"))
+                .spawn()
+                .expect("start droid-pool");
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+            while tokio::time::Instant::now() < deadline {
+                if child.try_wait().expect("try_wait").is_some() {
+                    break;
+                }
+                if tokio::net::TcpStream::connect(("127.0.0.1", admin))
+                    .await
+                    .is_ok()
+                {
+                    return Pooler { child, admin };
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_err = std::fs::read_to_string(log.path()).unwrap_or_default();
+        }
+        panic!("the pooler did not start in five tries; its last stderr:\n{last_err}");
     }
 
     fn reload(&self) {
@@ -430,7 +454,7 @@ async fn ready_means_every_running_pooler_loaded_the_current_config() {
     let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
     std::fs::write(&a, &current).expect("write");
     std::fs::write(&b, current.replace("size: 3", "size: 2")).expect("write");
-    let (pa, pb) = (Pooler::start(&a), Pooler::start(&b));
+    let (pa, pb) = (Pooler::start(&a).await, Pooler::start(&b).await);
     running_pod(&client, &ns, "w-1", pa.admin).await;
     running_pod(&client, &ns, "w-2", pb.admin).await;
     let pc = eventually("ConfigNotLoaded 1/2", || async {
