@@ -406,7 +406,7 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
     // Dispatch on the lower-cased first word, kept on the stack: most statements are none
     // of these.
     let mut buf = [0u8; 11];
-    let Some(kw) = buf.get_mut(..w.len()).filter(|_| w.len() >= 3) else {
+    let Some(kw) = buf.get_mut(..w.len()).filter(|_| w.len() >= 2) else {
         return;
     };
     kw.copy_from_slice(w);
@@ -486,6 +486,7 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             }
             None => {}
         },
+        b"do" if unlistens_if_listening(t.clone()) => emit(Effect::Unlisten { channel: None }),
         b"begin" | b"start" => emit(Effect::Begin),
         b"commit" | b"end" => emit(Effect::Commit),
         b"abort" => emit(Effect::Rollback),
@@ -518,6 +519,44 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
         }
         _ => {}
     }
+}
+
+/// Whether a `DO` block (the tokens after `DO`) runs `UNLISTEN *` when
+/// `pg_listening_channels()` lists a channel, as asyncpg's reset on a pool's release does:
+/// then it is `UNLISTEN *` for a client that listens and nothing for one that does not, so it
+/// is taken for `UNLISTEN *` (on a pooled server the function lists nothing, and the client's
+/// subscriptions through the pool's listening connection would otherwise outlive the reset).
+/// Only a dollar-quoted body is read, as SQL tokens; any other `DO` is left to its server.
+fn unlistens_if_listening(mut t: Tokens<'_>) -> bool {
+    let body = loop {
+        match t.next() {
+            Some(Token::Str(s)) if s.first() == Some(&b'$') => break s,
+            Some(n) if n.is("language") => {
+                t.next();
+            }
+            _ => return false,
+        }
+    };
+    // `$tag$ ... $tag$`: the tag's length from its closing `$`.
+    let Some(tag) = body[1..].iter().position(|&b| b == b'$') else {
+        return false;
+    };
+    let Some(code) = body.get(tag + 2..body.len().saturating_sub(tag + 2)) else {
+        return false;
+    };
+    if !has_word(code, b"pg_listening_channels", 3) {
+        return false;
+    }
+    let mut words = Tokens::new(code);
+    let mut asks = false;
+    while let Some(w) = words.next() {
+        if w.is("pg_listening_channels") {
+            asks = true;
+        } else if asks && w.is("unlisten") {
+            return matches!(words.next(), Some(Token::Other(b"*")));
+        }
+    }
+    false
 }
 
 /// The first word of `stmt` and where it ends, when the statement plainly starts with one

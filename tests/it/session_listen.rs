@@ -555,6 +555,51 @@ async fn an_unlisten_in_a_transaction_ends_the_subscription_at_commit() {
     );
 }
 
+/// asyncpg's reset (run when a pool takes a connection back) ends the session's
+/// subscriptions with a `DO` block: `UNLISTEN *` if `pg_listening_channels()` lists one. On
+/// a pooled server that function lists nothing, so the pooler takes such a block for
+/// `UNLISTEN *`: after it the client hears nothing more, as directly, and a rolled-back one
+/// ends nothing. Every step is run directly too, and what is heard compared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asyncpgs_reset_ends_the_subscriptions() {
+    let db = "ls_reset";
+    let p = start(db);
+    let unlisten_if_listening =
+        "DO $$\nBEGIN\n    PERFORM * FROM pg_listening_channels() LIMIT 1;\n    \
+         IF FOUND THEN\n        UNLISTEN *;\n    END IF;\nEND;\n$$;";
+    let reset = format!(
+        "SELECT pg_advisory_unlock_all();\nCLOSE ALL;\n{unlisten_if_listening}\nRESET ALL;"
+    );
+    let steps: &[(&[&str], &str)] = &[
+        (&["LISTEN ch", "LISTEN other"], "a"),
+        (&[&reset], "b"),
+        (&["LISTEN ch"], "c"),
+        (&["begin", unlisten_if_listening, "rollback"], "d"),
+        (&[unlisten_if_listening], "e"),
+        (&[unlisten_if_listening], "f"),
+    ];
+    let notify = [("ch", ""), ("other", "o")];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
+    assert_eq!(
+        seen[1], seen[0],
+        "through the pooler (left) vs directly (right)"
+    );
+    let heard: Vec<&String> = seen[0].iter().filter(|l| l.starts_with("heard")).collect();
+    assert_eq!(
+        heard,
+        [
+            "heard [\"a\", \"oa\"]",
+            "heard []",
+            "heard [\"c\"]",
+            "heard [\"d\"]",
+            "heard []",
+            "heard []"
+        ],
+        "{:?}",
+        seen[0]
+    );
+}
+
 /// The messages of an answer as the test compares them: each tag, with a CommandComplete's
 /// tag and a ReadyForQuery's status.
 fn answer(f: &[Frame]) -> String {

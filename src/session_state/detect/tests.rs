@@ -464,3 +464,49 @@ fn a_database_needed_free_is_named() {
         );
     }
 }
+
+/// asyncpg's reset (a pool's release) ends the session's subscriptions with a `DO` block
+/// that runs `UNLISTEN *` when `pg_listening_channels()` lists one: taken for `UNLISTEN *`.
+/// Other `DO` blocks, and look-alikes, are not.
+#[test]
+fn a_do_block_that_unlistens_when_listening_is_unlisten_all() {
+    let asyncpg = "SELECT pg_advisory_unlock_all();\nCLOSE ALL;\n
+                DO $$
+                BEGIN
+                    PERFORM * FROM pg_listening_channels() LIMIT 1;
+                    IF FOUND THEN
+                        UNLISTEN *;
+                    END IF;
+                END;
+                $$;
+            \nRESET ALL;";
+    let found: Vec<Effect> = all(asyncpg).into_iter().map(|(_, e)| e).collect();
+    assert_eq!(
+        found,
+        [
+            Effect::UnlockAll,
+            Effect::Close { name: None },
+            Effect::Unlisten { channel: None },
+            Effect::ResetAll
+        ]
+    );
+    let unlisten_all = Some(Effect::Unlisten { channel: None });
+    for yes in [
+        "do language plpgsql $body$ begin perform pg_listening_channels(); unlisten *; end $body$",
+        "DO $x$BEGIN IF EXISTS (SELECT FROM PG_LISTENING_CHANNELS()) THEN UNLISTEN * ; END IF; END$x$ LANGUAGE plpgsql",
+    ] {
+        assert_eq!(one(yes), unlisten_all, "{yes}");
+    }
+    for no in [
+        "DO $$ BEGIN UNLISTEN *; END $$",
+        "DO $$ BEGIN PERFORM pg_listening_channels(); UNLISTEN ch; END $$",
+        "DO $$ BEGIN UNLISTEN *; PERFORM pg_listening_channels(); END $$",
+        "DO $$ BEGIN PERFORM pg_listening_channels(); RAISE NOTICE 'unlisten *'; END $$",
+        "DO $$ BEGIN PERFORM pg_listening_channels(); -- unlisten *\nEND $$",
+        "DO 'BEGIN PERFORM pg_listening_channels(); UNLISTEN *; END'",
+        "DO",
+        "select 'DO $$ pg_listening_channels() unlisten * $$'",
+    ] {
+        assert_eq!(one(no), None, "{no}");
+    }
+}
