@@ -596,23 +596,79 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// What the relay asked to be done aside ([`Next::Aside`]): a lone `LISTEN`/`UNLISTEN`
-    /// (`track`), done with the pool's listening connection, so the client holds no server
-    /// for it, and answered as PostgreSQL answers it; or a database freed for a statement.
+    /// What the relay asked to be done aside ([`Next::Aside`]): a Query or batch of
+    /// `LISTEN`s/`UNLISTEN`s (`track`), done with the pool's listening connection, so the
+    /// client holds no server for it, and answered as PostgreSQL answers it; or a database
+    /// freed for a statement.
     #[cold]
     async fn aside(&mut self) {
-        let Some(sub) = self.relay.take_subscribe() else {
+        let subs = self.relay.take_subscribes();
+        if subs.is_empty() {
             self.free_database();
             return;
+        }
+        let results = if self.relay.in_block() {
+            self.subscribe_in_block(&subs).await
+        } else {
+            self.subscribe_now(&subs).await
         };
-        let res = match &sub {
-            Subscribe::Listen(channel) => self.listen(channel).await,
-            Subscribe::Unlisten(channel) => {
-                self.unlisten(channel.as_deref());
-                Ok(false)
+        self.relay.subscribed(&subs, results);
+    }
+
+    /// In a block: each `LISTEN` is made when it comes (a rollback ends it again, so the
+    /// client's own `NOTIFY` of the block reaches it at the commit), each `UNLISTEN` counts
+    /// at the commit (the relay notes it); up to the first that cannot be made.
+    async fn subscribe_in_block(
+        &mut self,
+        subs: &[Subscribe],
+    ) -> Vec<Result<bool, crate::protocol::backend::ErrorFields>> {
+        let mut results = Vec::with_capacity(subs.len());
+        for sub in subs {
+            let res = match sub {
+                Subscribe::Listen(channel) => self.listen(channel).await,
+                Subscribe::Unlisten(_) => Ok(false),
+            };
+            let failed = res.is_err();
+            results.push(res);
+            if failed {
+                break;
             }
-        };
-        self.relay.subscribed(&sub, res);
+        }
+        results
+    }
+
+    /// Outside a block the statements of one Query commit together: their sum is made,
+    /// `LISTEN`s first. If one cannot be made, the ones made for this Query end again and
+    /// nothing changes, as the implicit transaction's rollback leaves it; the error answers
+    /// the first statement that listens on that channel.
+    async fn subscribe_now(
+        &mut self,
+        subs: &[Subscribe],
+    ) -> Vec<Result<bool, crate::protocol::backend::ErrorFields>> {
+        let current = self.inbox.as_deref().map_or(&[][..], |i| i.channels());
+        let change = crate::relay::net_change(current, subs);
+        for (made, channel) in change.listen.iter().enumerate() {
+            if let Err(e) = self.listen(channel).await {
+                for c in &change.listen[..made] {
+                    self.unlisten(Some(c));
+                }
+                let at = subs
+                    .iter()
+                    .position(|s| matches!(s, Subscribe::Listen(c) if c == channel))
+                    .unwrap_or(0);
+                let mut results: Vec<_> = (0..at).map(|_| Ok(false)).collect();
+                results.push(Err(e));
+                return results;
+            }
+        }
+        if change.none_left {
+            self.unlisten(None);
+        } else {
+            for c in &change.unlisten {
+                self.unlisten(Some(c));
+            }
+        }
+        subs.iter().map(|_| Ok(false)).collect()
     }
 
     /// Subscribes the client to `channel` with the pool's listening connection, within

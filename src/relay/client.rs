@@ -159,9 +159,9 @@ impl Relay {
                     }
                 }
                 if hooked {
-                    if let Some(sub) = subscribe::of_query(&self.client.cbuf[..seen]) {
+                    if let Some(subs) = subscribe::of_query(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
-                        self.client.subscribe = Some(Box::new(sub));
+                        self.client.subscribe = Some(Box::new(subs));
                         return Ok(Next::Aside);
                     }
                 }
@@ -276,16 +276,22 @@ impl Relay {
             return None;
         }
         let sub = if hooked {
-            let sub = subscribe::of_query(&self.client.cbuf[..seen])?;
+            let mut subs = subscribe::of_query(&self.client.cbuf[..seen])?;
             self.client.cbuf.advance(seen);
-            sub
+            if subs.len() > 1 {
+                // Several in one Query: the driver makes each LISTEN, and this relay notes
+                // each statement when answering (`Relay::subscribed`).
+                self.client.subscribe = Some(Box::new(subs));
+                return Some(true);
+            }
+            subs.pop()?
         } else if whole
             // (Untracked, the server's unnamed statement would no longer be the client's.)
             && self.policy.tracking
             && self.may_subscribe_extended(tag)
             && self.extended_subscription()
         {
-            self.take_subscribe()?
+            self.take_subscribes().pop()?
         } else {
             return None;
         };
@@ -338,29 +344,43 @@ impl Relay {
         crate::session_state::detect::database_needed_free(text)
     }
 
-    /// The `LISTEN`/`UNLISTEN` of [`Next::Aside`], for the driver to do.
-    pub fn take_subscribe(&mut self) -> Option<Subscribe> {
-        self.client.subscribe.take().map(|b| *b)
+    /// The `LISTEN`s/`UNLISTEN`s of [`Next::Aside`], in order, for the driver to do (none:
+    /// the aside is something else).
+    pub fn take_subscribes(&mut self) -> Vec<Subscribe> {
+        self.client.subscribe.take().map_or_else(Vec::new, |b| *b)
     }
 
-    /// Answers the `LISTEN`/`UNLISTEN` the driver did (or could not do), as PostgreSQL
-    /// does; `res`: whether the client did not listen on the channel before. Inside a block
-    /// the `LISTEN` is noted, to end if the block rolls back. (One the listening connection
-    /// could not make leaves the block as it was: no server ran it.)
-    pub fn subscribed(&mut self, sub: &Subscribe, res: Result<bool, ErrorFields>) {
-        let in_block = self.batch.status == backend::TX_IN_BLOCK;
-        let out = &mut self.client.cout;
-        match (sub, res) {
-            (Subscribe::Listen(channel), Ok(new)) => {
-                backend::command_complete(out, "LISTEN");
-                if in_block {
-                    self.listened_in_block(channel, new);
+    /// Whether the client's transaction block is open (not failed).
+    pub fn in_block(&self) -> bool {
+        self.batch.status == backend::TX_IN_BLOCK
+    }
+
+    /// Answers the `LISTEN`s/`UNLISTEN`s the driver did, as PostgreSQL does: one result per
+    /// statement up to the first that failed (`Ok(new)`: the client did not listen on the
+    /// channel before). Inside a block each is noted: a `LISTEN` to end if the block rolls
+    /// back, an `UNLISTEN` to count if it commits. (One the listening connection could not
+    /// make leaves the block open: no server ran it.)
+    pub fn subscribed(&mut self, subs: &[Subscribe], results: Vec<Result<bool, ErrorFields>>) {
+        let in_block = self.in_block();
+        for (sub, res) in subs.iter().zip(results) {
+            match (sub, res) {
+                (Subscribe::Listen(channel), Ok(new)) => {
+                    backend::command_complete(&mut self.client.cout, "LISTEN");
+                    if in_block {
+                        self.listened_in_block(channel, new);
+                    }
                 }
-            }
-            (Subscribe::Unlisten(_), Ok(_)) => backend::command_complete(out, "UNLISTEN"),
-            (_, Err(fields)) => {
-                self.metrics.pooler_error(&fields.code);
-                backend::error_response(out, &fields);
+                (Subscribe::Unlisten(channel), Ok(_)) => {
+                    backend::command_complete(&mut self.client.cout, "UNLISTEN");
+                    if in_block && self.client.listening {
+                        self.note_subscription(super::track::Step::Unlisten(channel.clone()));
+                    }
+                }
+                (_, Err(fields)) => {
+                    self.metrics.pooler_error(&fields.code);
+                    backend::error_response(&mut self.client.cout, &fields);
+                    break;
+                }
             }
         }
         let status = if in_block {

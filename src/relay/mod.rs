@@ -30,6 +30,7 @@ mod tracking;
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PIN_CHECK_SQL};
 pub use policy::{Policy, StateRule};
+pub use subscribe::{net_change, NetChange};
 pub use timeouts::Kind;
 
 use std::sync::Arc;
@@ -68,8 +69,8 @@ pub trait Io {
     }
 }
 
-/// A lone `LISTEN` or `UNLISTEN` the pool's listening connection serves (`track`): the
-/// client holds no server for it.
+/// A `LISTEN` or `UNLISTEN` the pool's listening connection serves (`track`): the client
+/// holds no server for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subscribe {
     Listen(String),
@@ -123,8 +124,10 @@ struct ClientSide {
     /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
     /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
     log: Option<Box<track::Log>>,
-    /// The `LISTEN`/`UNLISTEN` handed to the driver ([`Next::Aside`]).
-    subscribe: Option<Box<Subscribe>>,
+    /// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`Next::Aside`]): one, or the
+    /// statements of one Query in order. (Boxed: one pointer, so idle clients stay small.)
+    #[allow(clippy::box_collection)]
+    subscribe: Option<Box<Vec<Subscribe>>>,
     /// It listens through the pool's listening connection (its texts are checked for a
     /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
     listening: bool,

@@ -10,6 +10,7 @@ use crate::protocol::backend as b;
 use crate::protocol::frame;
 use crate::protocol::frontend as f;
 use crate::session_state::detect::{subscription, Effect};
+use crate::session_state::lex::statements;
 
 /// The `LISTEN`/`UNLISTEN` a statement text is, if it is that alone.
 pub(super) fn of_text(sql: &[u8]) -> Option<Subscribe> {
@@ -38,12 +39,71 @@ pub(super) fn is_lone(msg: &[u8]) -> bool {
     f::parse_parts(msg).is_ok_and(|(_, sql, _)| may_subscribe(sql) && of_text(sql).is_some())
 }
 
-/// The `LISTEN`/`UNLISTEN` a whole Query message is, if it is nothing else.
-pub(super) fn of_query(msg: &[u8]) -> Option<Subscribe> {
+/// The most statements of one Query served as `LISTEN`s/`UNLISTEN`s; a longer one is left
+/// to a server (and pins).
+const MAX_STATEMENTS: usize = 64;
+
+/// The `LISTEN`s/`UNLISTEN`s a whole Query message is, in order, if it is nothing else: one
+/// statement, or several (Graphile Worker listens with `LISTEN "jobs:insert"; LISTEN
+/// "worker:migrate";`). A Query that begins otherwise is not read past its first statement.
+pub(super) fn of_query(msg: &[u8]) -> Option<Vec<Subscribe>> {
     if !may_subscribe(msg.get(frame::HEADER_LEN..)?) {
         return None;
     }
-    of_text(f::query_text(msg).ok()?)
+    let sql = f::query_text(msg).ok()?;
+    if let Some(one) = of_text(sql) {
+        return Some(vec![one]);
+    }
+    memchr::memchr(b';', sql)?;
+    let mut subs = Vec::new();
+    for stmt in statements(sql) {
+        if subs.len() == MAX_STATEMENTS {
+            return None;
+        }
+        subs.push(of_text(stmt)?);
+    }
+    (subs.len() > 1).then_some(subs)
+}
+
+/// What the `LISTEN`s and `UNLISTEN`s of one Query outside a transaction block change: they
+/// commit together (an implicit transaction), so only their sum counts.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct NetChange {
+    /// Channels to listen on that the client does not listen on now, in the order named.
+    pub listen: Vec<String>,
+    /// Channels it listens on now and no longer will.
+    pub unlisten: Vec<String>,
+    /// It listens on nothing afterwards.
+    pub none_left: bool,
+}
+
+/// The change `subs`, run in order, make to the channels a client listens on (`current`).
+pub fn net_change(current: &[String], subs: &[Subscribe]) -> NetChange {
+    let mut after: Vec<&String> = current.iter().collect();
+    for sub in subs {
+        match sub {
+            Subscribe::Listen(c) => {
+                if !after.contains(&c) {
+                    after.push(c);
+                }
+            }
+            Subscribe::Unlisten(Some(c)) => after.retain(|a| *a != c),
+            Subscribe::Unlisten(None) => after.clear(),
+        }
+    }
+    NetChange {
+        listen: after
+            .iter()
+            .filter(|c| !current.contains(c))
+            .map(|c| (*c).clone())
+            .collect(),
+        unlisten: current
+            .iter()
+            .filter(|c| !after.contains(c))
+            .cloned()
+            .collect(),
+        none_left: after.is_empty(),
+    }
 }
 
 /// An extended-protocol batch at the front of `buf` that runs one `LISTEN`/`UNLISTEN` and
@@ -194,7 +254,7 @@ impl Relay {
             self.subscribes = true;
         }
         self.client.cbuf.advance(batch.len);
-        self.client.subscribe = Some(Box::new(batch.sub));
+        self.client.subscribe = Some(Box::new(vec![batch.sub]));
         true
     }
 
@@ -364,9 +424,112 @@ mod tests {
         }
         let mut q = BytesMut::new();
         f::query(&mut q, "  listen x");
-        assert_eq!(of_query(&q), Some(Subscribe::Listen("x".into())));
+        assert_eq!(of_query(&q), Some(vec![Subscribe::Listen("x".into())]));
         q.clear();
         f::query(&mut q, "select 1");
         assert_eq!(of_query(&q), None);
+    }
+
+    /// Several `LISTEN`s/`UNLISTEN`s in one Query are served too; one other statement, or
+    /// too many, leaves the Query to a server.
+    #[test]
+    fn a_query_of_listens_only_is_served() {
+        let q = |sql: &str| {
+            let mut m = BytesMut::new();
+            f::query(&mut m, sql);
+            of_query(&m)
+        };
+        let l = |c: &str| Subscribe::Listen(c.into());
+        assert_eq!(
+            q(r#"LISTEN "jobs:insert"; LISTEN "worker:migrate";"#),
+            Some(vec![l("jobs:insert"), l("worker:migrate")])
+        );
+        assert_eq!(
+            q("listen a;; -- and\n UNLISTEN * ; /* b */ unlisten B"),
+            Some(vec![
+                l("a"),
+                Subscribe::Unlisten(None),
+                Subscribe::Unlisten(Some("b".into()))
+            ])
+        );
+        for no in [
+            "LISTEN a; SELECT 1",
+            "LISTEN a; NOTIFY a",
+            "SELECT 1; LISTEN a",
+            "LISTEN a; LISTEN",
+            "LISTEN a; 'LISTEN b'",
+        ] {
+            assert_eq!(q(no), None, "{no}");
+        }
+        let many = "LISTEN a;".repeat(MAX_STATEMENTS);
+        assert_eq!(q(&many).map(|v| v.len()), Some(MAX_STATEMENTS));
+        assert_eq!(q(&format!("{many} LISTEN b")), None);
+    }
+
+    /// The statements of one Query outside a block count by their sum.
+    #[test]
+    fn a_querys_listens_count_by_their_sum() {
+        let l = |c: &str| Subscribe::Listen(c.into());
+        let u = |c: &str| Subscribe::Unlisten(Some(c.into()));
+        let s = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        let cases: Vec<(Vec<String>, Vec<Subscribe>, NetChange)> = vec![
+            (
+                s(&[]),
+                vec![l("a"), l("b"), l("a")],
+                NetChange {
+                    listen: s(&["a", "b"]),
+                    unlisten: s(&[]),
+                    none_left: false,
+                },
+            ),
+            (
+                s(&["a", "b"]),
+                vec![Subscribe::Unlisten(None), l("c")],
+                NetChange {
+                    listen: s(&["c"]),
+                    unlisten: s(&["a", "b"]),
+                    none_left: false,
+                },
+            ),
+            (
+                s(&[]),
+                vec![l("a"), u("a")],
+                NetChange {
+                    listen: s(&[]),
+                    unlisten: s(&[]),
+                    none_left: true,
+                },
+            ),
+            (
+                s(&["a"]),
+                vec![u("a"), l("a")],
+                NetChange {
+                    listen: s(&[]),
+                    unlisten: s(&[]),
+                    none_left: false,
+                },
+            ),
+            (
+                s(&["a", "b"]),
+                vec![u("b"), u("x")],
+                NetChange {
+                    listen: s(&[]),
+                    unlisten: s(&["b"]),
+                    none_left: false,
+                },
+            ),
+            (
+                s(&["a"]),
+                vec![l("b"), Subscribe::Unlisten(None)],
+                NetChange {
+                    listen: s(&[]),
+                    unlisten: s(&["a"]),
+                    none_left: true,
+                },
+            ),
+        ];
+        for (current, subs, want) in cases {
+            assert_eq!(net_change(&current, &subs), want, "{current:?} {subs:?}");
+        }
     }
 }

@@ -548,11 +548,12 @@ impl<'p> Sim<'p> {
                     // The model has no listening connection: the programs send no LISTEN
                     // (and drop no database).
                     let cl = &mut self.clients[c];
-                    let Some(sub) = cl.relay.take_subscribe() else {
+                    let subs = cl.relay.take_subscribes();
+                    if subs.is_empty() {
                         continue;
-                    };
+                    }
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    cl.relay.subscribed(&sub, Err(e));
+                    cl.relay.subscribed(&subs, vec![Err(e)]);
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {

@@ -513,6 +513,29 @@ async fn run_both_ways(
     seen
 }
 
+/// Asserts the pooler's run (`seen[1]`) answered and delivered as PostgreSQL's (`seen[0]`),
+/// and that what was heard after each step is `want`.
+fn assert_heard(seen: &[Vec<String>], want: &[&str]) {
+    assert_eq!(
+        seen[1], seen[0],
+        "through the pooler (left) vs directly (right)"
+    );
+    let heard: Vec<&str> = seen[0]
+        .iter()
+        .filter(|l| l.starts_with("heard"))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(heard, want, "{:?}", seen[0]);
+}
+
+/// Asserts no client of `p` was pinned for a `LISTEN`.
+fn assert_no_listen_pin(p: &Pooler) {
+    use crate::support::metrics::{metric_or_zero, scrape};
+    let m = scrape(p);
+    let pins = metric_or_zero(&m, "droidpool_session_pins_total", &[("reason", "listen")]);
+    assert_eq!(pins, 0.0, "no listener pinned");
+}
+
 /// An `UNLISTEN` a server runs for a client that listens through the pool's connection (in
 /// a block, beside another statement) ends that subscription when it commits, as
 /// PostgreSQL's does: not when it is rolled back or fails. Every step is run directly too,
@@ -580,24 +603,15 @@ async fn asyncpgs_reset_ends_the_subscriptions() {
     ];
     let notify = [("ch", ""), ("other", "o")];
     let seen = run_both_ways(&p, db, steps, &notify).await;
-    assert_eq!(
-        seen[1], seen[0],
-        "through the pooler (left) vs directly (right)"
-    );
-    let heard: Vec<&String> = seen[0].iter().filter(|l| l.starts_with("heard")).collect();
-    assert_eq!(
-        heard,
-        [
-            "heard [\"a\", \"oa\"]",
-            "heard []",
-            "heard [\"c\"]",
-            "heard [\"d\"]",
-            "heard []",
-            "heard []"
-        ],
-        "{:?}",
-        seen[0]
-    );
+    let want = [
+        "heard [\"a\", \"oa\"]",
+        "heard []",
+        "heard [\"c\"]",
+        "heard [\"d\"]",
+        "heard []",
+        "heard []",
+    ];
+    assert_heard(&seen, &want);
 }
 
 /// The messages of an answer as the test compares them: each tag, with a CommandComplete's
@@ -621,7 +635,6 @@ fn answer(f: &[Frame]) -> String {
 /// between, the client's own NOTIFY in the block of its LISTEN.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
-    use crate::support::metrics::{metric_or_zero, scrape};
     let db = "ls_block";
     let p = start(db);
     let steps: &[(&[&str], &str)] = &[
@@ -668,9 +681,88 @@ async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
     ] {
         assert!(seen[0].iter().any(|l| l == want), "{want}: {:?}", seen[0]);
     }
-    let m = scrape(&p);
-    let pins = metric_or_zero(&m, "droidpool_session_pins_total", &[("reason", "listen")]);
-    assert_eq!(pins, 0.0, "no listener pinned");
+    assert_no_listen_pin(&p);
+}
+
+/// A Query made only of `LISTEN`s and `UNLISTEN`s (Graphile Worker listens with `LISTEN
+/// "jobs:insert"; LISTEN "worker:migrate";`) holds no server either: outside a block its
+/// statements count by their sum, as one implicit transaction; in a block each counts as a
+/// lone one does (a rollback ends them). Every step is run directly too, and what is heard
+/// compared; the pool's one server keeps serving the busy client between steps, and no
+/// client is pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_of_listens_pins_nothing() {
+    let db = "ls_multi";
+    let p = start(db);
+    let steps: &[(&[&str], &str)] = &[
+        (&[r#"LISTEN "jobs:insert"; LISTEN "worker:migrate";"#], "a"),
+        (
+            &[r#"UNLISTEN "jobs:insert"; LISTEN other; listen other"#],
+            "b",
+        ),
+        (&[r#"LISTEN x; UNLISTEN *; LISTEN "jobs:insert""#], "c"),
+        (
+            &[
+                "begin",
+                r#"LISTEN other; UNLISTEN "jobs:insert""#,
+                "rollback",
+            ],
+            "d",
+        ),
+        (
+            &["begin", r#"LISTEN other; UNLISTEN "jobs:insert""#, "commit"],
+            "e",
+        ),
+        (&["UNLISTEN other; LISTEN other"], "f"),
+        (&["UNLISTEN *; UNLISTEN *"], "g"),
+        (&["LISTEN a; LISTEN b; UNLISTEN a; UNLISTEN b"], "h"),
+    ];
+    let notify = [
+        ("\"jobs:insert\"", "j"),
+        ("\"worker:migrate\"", "w"),
+        ("other", "o"),
+    ];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
+    let want = [
+        "heard [\"ja\", \"wa\"]",
+        "heard [\"wb\", \"ob\"]",
+        "heard [\"jc\"]",
+        "heard [\"jd\"]",
+        "heard [\"oe\"]",
+        "heard [\"of\"]",
+        "heard []",
+        "heard []",
+    ];
+    assert_heard(&seen, &want);
+    assert_no_listen_pin(&p);
+}
+
+/// A Query of `LISTEN`s whose listening connection cannot be opened (the database's
+/// connection limit is full) is answered with that error at its first statement, as a lone
+/// one is, and changes nothing: the client hears nothing of those channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_of_listens_that_cannot_listen_changes_nothing() {
+    let db = "ls_multi_full";
+    let pg = support::shared();
+    create_db(pg, db);
+    let yaml = format!(
+        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+         session_state: track\n  query_wait_timeout: 1s\n  max_db_connections: 1\n\
+         auth:\n  user_methods:\n    {USER}: trust\n"
+    );
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let mut busy = Raw::connect(p.port(), USER, db).await;
+    ok(&mut busy, "begin").await;
+    let mut l = Raw::connect(p.port(), USER, db).await;
+    let got = l.query("LISTEN a; LISTEN b").await;
+    assert_eq!(tags(&got), "EZ", "{got:?}");
+    assert_eq!(raw::sqlstate(&got[0]), "53300");
+    ok(&mut busy, "commit").await;
+    let mut n = Raw::connect(pg.port, USER, db).await;
+    ok(&mut n, "notify a, '1'; notify b, '2'").await;
+    assert_eq!(heard(&mut l).await, Vec::<String>::new());
+    // The busy client's server was never the listener's: it serves either.
+    ok(&mut busy, "select 1").await;
 }
 
 /// Statement mode refuses `LISTEN` (0A000) whichever way it comes, as it refuses the other
