@@ -774,11 +774,18 @@ async fn statement_mode_refuses_an_extended_listen() {
     let db = "ls_stmt";
     let p = start_tracked(db, "statement");
     let mut a = Raw::connect(p.port(), USER, db).await;
-    let got = a.query("LISTEN ch").await;
-    assert_eq!(
-        (tags(&got), sqlstate(&got[0])),
-        ("EZ".into(), "0A000".into())
-    );
+    for sql in [
+        "LISTEN ch",
+        "LISTEN ch; LISTEN other",
+        "UNLISTEN a; LISTEN ch",
+    ] {
+        let got = a.query(sql).await;
+        assert_eq!(
+            (tags(&got), sqlstate(&got[0])),
+            ("EZ".into(), "0A000".into()),
+            "{sql}"
+        );
+    }
     for msgs in [
         vec![
             parse("", "LISTEN ch"),

@@ -338,6 +338,23 @@ async fn terminating_pods_still_count_against_the_budget() {
     op.stop().await;
 }
 
+/// Whether a pooler answers `GET /status` on `admin` with its loaded config: not merely
+/// whatever else may have taken that port.
+async fn answers_status(admin: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", admin))
+            .await
+            .ok()?;
+        s.write_all(b"GET /status HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.ok()?;
+        Some(String::from_utf8_lossy(&answer).contains("\"config_hash\""))
+    };
+    let wait = std::time::Duration::from_secs(2);
+    matches!(tokio::time::timeout(wait, ask).await, Ok(Some(true)))
+}
+
 /// A real pooler (the `droid-pool` binary) standing in for a pod's sidecar: it loads `file`
 /// and serves its admin port, where the operator asks which config it has loaded.
 pub(crate) struct Pooler {
@@ -373,10 +390,7 @@ impl Pooler {
                 if child.try_wait().expect("try_wait").is_some() {
                     break;
                 }
-                if tokio::net::TcpStream::connect(("127.0.0.1", admin))
-                    .await
-                    .is_ok()
-                {
+                if answers_status(admin).await && child.try_wait().expect("try_wait").is_none() {
                     return Pooler { child, admin };
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
