@@ -625,7 +625,7 @@ impl<'a> Session<'a> {
         let mut results = Vec::with_capacity(subs.len());
         for sub in subs {
             let res = match sub {
-                Subscribe::Listen(channel) => self.listen(channel).await,
+                Subscribe::Listen(channel) => self.listen(channel, 0).await,
                 Subscribe::Unlisten(_) => Ok(false),
             };
             let failed = res.is_err();
@@ -647,19 +647,37 @@ impl<'a> Session<'a> {
     ) -> Vec<Result<bool, crate::protocol::backend::ErrorFields>> {
         let current = self.inbox.as_deref().map_or(&[][..], |i| i.channels());
         let change = crate::relay::net_change(current, subs);
-        for (made, channel) in change.listen.iter().enumerate() {
-            if let Err(e) = self.listen(channel).await {
-                for c in &change.listen[..made] {
-                    self.unlisten(Some(c));
+        // The bound holds for what the Query leaves: the channels it ends make room, though
+        // they end after its LISTENs are made.
+        let room = change.unlisten.len();
+        let kept = current.len() - room;
+        let beyond = change
+            .listen
+            .get(crate::listen::MAX_CHANNELS.saturating_sub(kept));
+        let failed = match beyond {
+            Some(channel) => Some((channel, too_many_channels())),
+            None => {
+                let mut failed = None;
+                for (made, channel) in change.listen.iter().enumerate() {
+                    if let Err(e) = self.listen(channel, room).await {
+                        for c in &change.listen[..made] {
+                            self.unlisten(Some(c));
+                        }
+                        failed = Some((channel, e));
+                        break;
+                    }
                 }
-                let at = subs
-                    .iter()
-                    .position(|s| matches!(s, Subscribe::Listen(c) if c == channel))
-                    .unwrap_or(0);
-                let mut results: Vec<_> = (0..at).map(|_| Ok(false)).collect();
-                results.push(Err(e));
-                return results;
+                failed
             }
+        };
+        if let Some((channel, e)) = failed {
+            let at = subs
+                .iter()
+                .position(|s| matches!(s, Subscribe::Listen(c) if c == channel))
+                .unwrap_or(0);
+            let mut results: Vec<_> = (0..at).map(|_| Ok(false)).collect();
+            results.push(Err(e));
+            return results;
         }
         if change.none_left {
             self.unlisten(None);
@@ -676,11 +694,15 @@ impl<'a> Session<'a> {
     async fn listen(
         &mut self,
         channel: &str,
+        room: usize,
     ) -> Result<bool, crate::protocol::backend::ErrorFields> {
         let id = self.relay.id();
         let inbox = self.inbox.get_or_insert_with(|| Box::new(Inbox::new(id)));
         let wait = self.shared.config.load().pool.query_wait_timeout;
         let already = inbox.channels().iter().any(|c| c == channel);
+        if !already && inbox.channels().len() >= crate::listen::MAX_CHANNELS + room {
+            return Err(too_many_channels());
+        }
         let listen = self.pool.listen(channel, inbox.mailbox());
         let res = match tokio::time::timeout(wait, listen).await {
             Ok(r) => r,
@@ -722,7 +744,7 @@ impl<'a> Session<'a> {
         for sub in self.relay.take_subscriptions() {
             match sub {
                 Subscribe::Listen(channel) => {
-                    if let Err(e) = self.listen(&channel).await {
+                    if let Err(e) = self.listen(&channel, 0).await {
                         tracing::warn!(
                             client = self.relay.id(),
                             "committed LISTEN not made: {}",
@@ -903,4 +925,16 @@ impl<'a> Session<'a> {
         }
         self.relay.shrink(self.warm.slot.is_some());
     }
+}
+
+/// The answer to a `LISTEN` beyond the channels one client may listen on
+/// ([`crate::listen::MAX_CHANNELS`]).
+fn too_many_channels() -> crate::protocol::backend::ErrorFields {
+    crate::relay::error_fields(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "too many channels: a client listens on at most {} through the pooler",
+            crate::listen::MAX_CHANNELS
+        ),
+    )
 }

@@ -22,6 +22,9 @@ use crate::protocol::frame;
 
 /// Notifications one client's queue holds before further ones are dropped (and it is told).
 pub const QUEUE: usize = 1024;
+/// Channels one client may listen on through the pool's listening connection: its list,
+/// and the pool's subscriptions for it, are bounded by this, not by what it sends.
+pub const MAX_CHANNELS: usize = 10_000;
 
 /// One notification as the listening connection received it, shared by every client it is
 /// queued for: its sender's process id is mapped to the client key the sender had once, by

@@ -12,6 +12,7 @@ pub const INVALID_CATALOG_NAME: &str = "3D000";
 pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
 pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
 pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
+pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const TOO_MANY_CONNECTIONS: &str = "53300";
 pub const QUERY_CANCELED: &str = "57014";
 pub const ADMIN_SHUTDOWN: &str = "57P01";

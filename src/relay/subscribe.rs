@@ -78,31 +78,45 @@ pub struct NetChange {
 }
 
 /// The change `subs`, run in order, make to the channels a client listens on (`current`).
+/// Only the channels they name are looked up in `current` (which may be long), and all of
+/// it only after an `UNLISTEN *`.
 pub fn net_change(current: &[String], subs: &[Subscribe]) -> NetChange {
-    let mut after: Vec<&String> = current.iter().collect();
-    for sub in subs {
-        match sub {
-            Subscribe::Listen(c) => {
-                if !after.contains(&c) {
-                    after.push(c);
-                }
-            }
-            Subscribe::Unlisten(Some(c)) => after.retain(|a| *a != c),
-            Subscribe::Unlisten(None) => after.clear(),
+    // What counts follows the last `UNLISTEN *`.
+    let all = subs
+        .iter()
+        .rposition(|s| matches!(s, Subscribe::Unlisten(None)));
+    let mut named: Vec<(&String, bool)> = Vec::new();
+    for sub in &subs[all.map_or(0, |i| i + 1)..] {
+        let (channel, on) = match sub {
+            Subscribe::Listen(c) => (c, true),
+            Subscribe::Unlisten(Some(c)) => (c, false),
+            Subscribe::Unlisten(None) => continue,
+        };
+        match named.iter_mut().find(|(c, _)| *c == channel) {
+            Some(entry) => entry.1 = on,
+            None => named.push((channel, on)),
         }
     }
+    let listen: Vec<String> = named
+        .iter()
+        .filter(|(c, on)| *on && !current.contains(c))
+        .map(|(c, _)| (*c).clone())
+        .collect();
+    let unlisten: Vec<String> = if all.is_some() {
+        let kept = |c: &String| named.iter().any(|(n, on)| *on && *n == c);
+        current.iter().filter(|c| !kept(c)).cloned().collect()
+    } else {
+        named
+            .iter()
+            .filter(|(c, on)| !*on && current.contains(c))
+            .map(|(c, _)| (*c).clone())
+            .collect()
+    };
+    let none_left = current.len() + listen.len() == unlisten.len();
     NetChange {
-        listen: after
-            .iter()
-            .filter(|c| !current.contains(c))
-            .map(|c| (*c).clone())
-            .collect(),
-        unlisten: current
-            .iter()
-            .filter(|c| !after.contains(c))
-            .cloned()
-            .collect(),
-        none_left: after.is_empty(),
+        listen,
+        unlisten,
+        none_left,
     }
 }
 

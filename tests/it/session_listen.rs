@@ -765,6 +765,45 @@ async fn a_query_of_listens_that_cannot_listen_changes_nothing() {
     ok(&mut busy, "select 1").await;
 }
 
+/// The channels one client listens on through the pool's listening connection are bounded
+/// (`listen::MAX_CHANNELS`), so that its list, and the pool's subscriptions for it, are not
+/// sized by what it sends: one more `LISTEN` is refused with `54000` and changes nothing,
+/// a channel it listens on already is not refused, and an `UNLISTEN` makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_channels_are_bounded() {
+    let db = "ls_many";
+    let p = start(db);
+    let mut l = Raw::connect(p.port(), USER, db).await;
+    let all: Vec<usize> = (0..droid_pool::listen::MAX_CHANNELS).collect();
+    for chunk in all.chunks(64) {
+        let sql: Vec<String> = chunk.iter().map(|i| format!("LISTEN c{i}")).collect();
+        ok(&mut l, &sql.join("; ")).await;
+    }
+    // The error answers the statement that listens on one more channel, as PostgreSQL's
+    // would: after the CommandComplete of one before it.
+    for (sql, tags_seen) in [
+        ("LISTEN one_more", "EZ"),
+        ("LISTEN c0; LISTEN one_more", "CEZ"),
+    ] {
+        let got = l.query(sql).await;
+        let error = got.iter().find(|f| f.tag == b'E').expect("an error");
+        assert_eq!(
+            (tags(&got), raw::sqlstate(error)),
+            (tags_seen.into(), "54000".into()),
+            "{sql}"
+        );
+    }
+    ok(&mut l, "LISTEN c0").await;
+    ok(&mut l, "UNLISTEN c0; LISTEN one_more").await;
+    let mut n = Raw::connect(support::shared().port, USER, db).await;
+    ok(
+        &mut n,
+        "notify c0, 'x'; notify one_more, 'y'; notify c9999, 'z'",
+    )
+    .await;
+    assert_eq!(heard(&mut l).await, ["y", "z"]);
+}
+
 /// Statement mode refuses `LISTEN` (0A000) whichever way it comes, as it refuses the other
 /// statements that make session state: a named statement of one too, also where the batch
 /// already holds a server.
