@@ -420,6 +420,9 @@ impl<'a> Session<'a> {
     /// Feeds what the client sent to the relay, doing what it asks (take a server, write a
     /// long pipeline out) until it has handled all it can, then ends the round.
     pub(super) async fn on_client(&mut self) -> Result<Flow, ClientError> {
+        if self.inbox.is_some() {
+            self.client_spoke();
+        }
         loop {
             let srv = self.server.as_mut().map(|s| &mut s.state);
             let next = self.relay.on_client(
@@ -625,7 +628,17 @@ impl<'a> Session<'a> {
         let mut results = Vec::with_capacity(subs.len());
         for sub in subs {
             let res = match sub {
-                Subscribe::Listen(channel) => self.listen(channel, 0).await,
+                Subscribe::Listen(channel) => {
+                    let first = self
+                        .inbox
+                        .as_deref()
+                        .map_or(true, |i| i.channels().is_empty());
+                    let res = self.listen(channel, 0).await;
+                    if let (Ok(true), Some(inbox)) = (&res, self.inbox.as_deref_mut()) {
+                        inbox.listened_early(channel, first);
+                    }
+                    res
+                }
                 Subscribe::Unlisten(_) => Ok(false),
             };
             let failed = res.is_err();
@@ -792,6 +805,21 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// A listening client sent more: in its open block, with nothing owed by its server,
+    /// that moves the cutoff of the block's first listens ([`Inbox::listened_early`]).
+    #[cold]
+    fn client_spoke(&mut self) {
+        let quiet = self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.state.replies.is_empty());
+        if let Some(inbox) = self.inbox.as_deref_mut().filter(|i| i.fresh_open()) {
+            if quiet && self.relay.in_block() {
+                inbox.client_spoke();
+            }
+        }
+    }
+
     /// Queues the notifications waiting in the inbox (and the warning of a loss) for the
     /// client.
     #[cold]
@@ -799,6 +827,8 @@ impl<'a> Session<'a> {
         let Some(inbox) = self.inbox.as_deref_mut() else {
             return;
         };
+        // The client holds no server: its block, if it had one, has ended.
+        inbox.block_ended();
         let mut wire = Wire {
             client: &mut *self.client,
             cancels: &self.shared.cancels,

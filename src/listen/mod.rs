@@ -102,6 +102,23 @@ pub struct Inbox {
     mailbox: Mailbox,
     /// The channels the client listens on (through the pool's connection).
     channels: Vec<String>,
+    /// Listens that begin at a commit ([`Inbox::listened_early`]).
+    fresh: Fresh,
+}
+
+/// The channels a client that listened on nothing began to listen on inside its open block.
+/// The pooler makes such a `LISTEN` when it comes (so the block's own `NOTIFY` reaches the
+/// client at its commit), but PostgreSQL starts that listener only at the commit, skipping
+/// what other sessions committed before: a notification on one of them that arrived before
+/// `cutoff` (the last time the client spoke in that block with nothing owed, at the latest
+/// its `COMMIT`) is not delivered. One from a session that committed after that arrives after
+/// it, so none is lost.
+#[derive(Debug, Default)]
+struct Fresh {
+    channels: Vec<String>,
+    cutoff: Option<Instant>,
+    /// The block is open: the cutoff still moves.
+    open: bool,
 }
 
 impl Inbox {
@@ -116,6 +133,7 @@ impl Inbox {
                 lost: Arc::new(AtomicBool::new(false)),
             },
             channels: Vec::new(),
+            fresh: Fresh::default(),
         }
     }
 
@@ -134,10 +152,49 @@ impl Inbox {
             (true, Some(c)) if !self.channels.iter().any(|x| x == c) => {
                 self.channels.push(c.to_owned())
             }
-            (false, Some(c)) => self.channels.retain(|x| x != c),
-            (false, None) => self.channels.clear(),
+            (false, Some(c)) => {
+                self.channels.retain(|x| x != c);
+                self.fresh.channels.retain(|x| x != c);
+            }
+            (false, None) => {
+                self.channels.clear();
+                self.fresh.channels.clear();
+            }
             _ => {}
         }
+    }
+
+    /// `channel`, listened on inside the client's open block, was made at once; `first`: the
+    /// client listened on nothing before it. A first listener's channels of that block wait
+    /// for its commit ([`Fresh`]).
+    pub fn listened_early(&mut self, channel: &str, first: bool) {
+        if !first && !self.fresh.open {
+            return;
+        }
+        if !self.fresh.open {
+            self.fresh.channels.clear();
+            self.fresh.open = true;
+        }
+        self.fresh.channels.push(channel.to_owned());
+        self.fresh.cutoff = Some(Instant::now());
+    }
+
+    /// Whether a block's first listens wait for its commit.
+    pub fn fresh_open(&self) -> bool {
+        self.fresh.open
+    }
+
+    /// The client spoke in its open block with nothing owed by its server: what others
+    /// commit before this may have committed before the client's commit.
+    pub fn client_spoke(&mut self) {
+        if self.fresh.open {
+            self.fresh.cutoff = Some(Instant::now());
+        }
+    }
+
+    /// The client's block has ended: the cutoff stays where it is.
+    pub fn block_ended(&mut self) {
+        self.fresh.open = false;
     }
 
     /// Whether `note` is on a channel the client listens on now: one queued before its
@@ -149,7 +206,13 @@ impl Inbox {
             .get(frame::HEADER_LEN..)
             .and_then(parse_notification)
             .map(|(_, channel, _)| channel);
-        channel.map_or(true, |c| self.channels.iter().any(|x| x.as_bytes() == c))
+        let Some(channel) = channel else {
+            return true;
+        };
+        let eq = |x: &String| x.as_bytes() == channel;
+        self.channels.iter().any(eq)
+            && !(self.fresh.cutoff.is_some_and(|at| note.arrived < at)
+                && self.fresh.channels.iter().any(eq))
     }
 
     /// Ready once a notification is queued (taken with [`Inbox::try_recv`]): the waiting

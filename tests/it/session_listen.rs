@@ -18,10 +18,14 @@ use droid_pool::protocol::frame::Frame;
 const USER: &str = "droid";
 
 fn start(db: &str) -> Pooler {
+    start_sized(db, 1)
+}
+
+fn start_sized(db: &str, size: usize) -> Pooler {
     let pg = support::shared();
     create_db(pg, db);
     let yaml = format!(
-        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+        "server:\n  connect_timeout: 500ms\npool:\n  size: {size}\n  mode: transaction\n  \
          session_state: track\n  query_wait_timeout: 5s\nauth:\n  user_methods:\n    \
          {USER}: trust\n"
     );
@@ -681,6 +685,53 @@ async fn a_listen_in_a_block_follows_its_transaction_and_pins_nothing() {
     ] {
         assert!(seen[0].iter().any(|l| l == want), "{want}: {:?}", seen[0]);
     }
+    assert_no_listen_pin(&p);
+}
+
+/// A `LISTEN` inside a block by a client that listened on nothing starts, as PostgreSQL's
+/// does, at the commit: what another session notifies while the block is open is not
+/// delivered after the commit (psycopg outside autocommit listens this way). A client that
+/// listens already gets those of a channel it adds in a block, as PostgreSQL's, which reads
+/// its queue only after the commit, does. Every step is run directly too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_listen_in_a_block_starts_at_its_commit() {
+    let db = "ls_fresh";
+    // Two servers: the notifier runs while the listener's block holds one.
+    let p = start_sized(db, 2);
+    let steps: &[(&[&str], &str)] = &[
+        (&["begin", "listen ch"], "a"),
+        (&["select 1"], "b"),
+        (&["commit"], "c"),
+        (&["begin", "listen ch2"], "d"),
+        (&["commit"], "e"),
+        (&["unlisten *"], "f"),
+        (&["begin", "listen ch", "listen ch2"], "g"),
+        (&["commit"], "h"),
+    ];
+    let notify = [("ch", ""), ("ch2", "2")];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
+    let want = [
+        "heard []",
+        "heard []",
+        "heard [\"c\"]",
+        "heard []",
+        "heard [\"e\", \"2e\"]",
+        "heard []",
+        "heard []",
+        "heard [\"h\", \"2h\"]",
+    ];
+    assert_heard(&seen, &want);
+    // The first listener's commit brings nothing notified during its block; the second
+    // block's (a listener already) brings both of its channels' notifications.
+    let commits: Vec<&String> = seen[0].iter().filter(|l| l.starts_with("commit")).collect();
+    assert_eq!(
+        commits,
+        [
+            "commit: C(COMMIT\0) Z(I)",
+            "commit: C(COMMIT\0) A A Z(I)",
+            "commit: C(COMMIT\0) Z(I)"
+        ]
+    );
     assert_no_listen_pin(&p);
 }
 
