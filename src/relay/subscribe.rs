@@ -54,6 +54,11 @@ pub(super) fn of_query(msg: &[u8]) -> Option<Vec<Subscribe>> {
     if let Some(one) = of_text(sql) {
         return Some(vec![one]);
     }
+    // Several statements, the first of them a `LISTEN`/`UNLISTEN` (a Query that begins with
+    // blanks and then another word is not lexed).
+    if !matches!(sql.trim_ascii_start().first(), Some(b'l' | b'L' | b'u' | b'U')) {
+        return None;
+    }
     memchr::memchr(b';', sql)?;
     let mut subs = Vec::new();
     for stmt in statements(sql) {
