@@ -56,7 +56,10 @@ pub(super) fn of_query(msg: &[u8]) -> Option<Vec<Subscribe>> {
     }
     // Several statements, the first of them a `LISTEN`/`UNLISTEN` (a Query that begins with
     // blanks and then another word is not lexed).
-    if !matches!(sql.trim_ascii_start().first(), Some(b'l' | b'L' | b'u' | b'U')) {
+    if !matches!(
+        sql.trim_ascii_start().first(),
+        Some(b'l' | b'L' | b'u' | b'U')
+    ) {
         return None;
     }
     memchr::memchr(b';', sql)?;
