@@ -519,3 +519,36 @@ async fn session_state_per_database_and_per_user() {
         "the user's off wins"
     );
 }
+
+/// Under `pin`, asyncpg's reset block (`UNLISTEN *` when `pg_listening_channels()` lists a
+/// channel) ends a `LISTEN` pin: the server did unlisten, so another client may have it, and
+/// it listens on nothing. With one server, B waits while A is pinned and runs once A's block
+/// has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asyncpgs_unlisten_block_ends_a_listen_pin() {
+    let db = "ss_unlisten_do";
+    let p = start(db, 1);
+    let a = p.connect(USER, db).await;
+    a.simple_query("LISTEN ch").await.unwrap();
+    let b = p.connect(USER, db).await;
+    let waiting = tokio::spawn(async move {
+        let listening = one(&b, "select count(*) from pg_listening_channels()").await;
+        (b, listening)
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !waiting.is_finished(),
+        "B ran while A was pinned by its LISTEN"
+    );
+    a.simple_query(
+        "DO $$ BEGIN PERFORM * FROM pg_listening_channels() LIMIT 1; \
+         IF FOUND THEN UNLISTEN *; END IF; END $$",
+    )
+    .await
+    .unwrap();
+    let (_b, listening) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("B got the server once A's block unlistened")
+        .unwrap();
+    assert_eq!(listening, "0", "the server B got listens on nothing");
+}
