@@ -161,7 +161,7 @@ impl Relay {
                 if hooked {
                     if let Some(subs) = subscribe::of_query(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
-                        self.client.subscribe = Some(Box::new(subs));
+                        self.client.subscribe = Some(subscribe::Subscribes::of(subs));
                         return Ok(Next::Aside);
                     }
                 }
@@ -281,7 +281,7 @@ impl Relay {
             if subs.len() > 1 {
                 // Several in one Query: the driver makes each LISTEN, and this relay notes
                 // each statement when answering (`Relay::subscribed`).
-                self.client.subscribe = Some(Box::new(subs));
+                self.client.subscribe = Some(subscribe::Subscribes::of(subs));
                 return Some(true);
             }
             subs.pop()?
@@ -291,6 +291,15 @@ impl Relay {
             && self.may_subscribe_extended(tag)
             && self.extended_subscription()
         {
+            if self
+                .client
+                .subscribe
+                .as_ref()
+                .is_some_and(|s| s.subs.len() > 1)
+            {
+                // Several in one batch: as several in one Query.
+                return Some(true);
+            }
             self.take_subscribes().pop()?
         } else {
             return None;
@@ -347,7 +356,16 @@ impl Relay {
     /// The `LISTEN`s/`UNLISTEN`s of [`Next::Aside`], in order, for the driver to do (none:
     /// the aside is something else).
     pub fn take_subscribes(&mut self) -> Vec<Subscribe> {
-        self.client.subscribe.take().map_or_else(Vec::new, |b| *b)
+        match self.client.subscribe.as_deref_mut() {
+            // What an extended batch answers before each later statement's CommandComplete
+            // stays for [`Relay::subscribed`].
+            Some(s) if !s.later_replies.is_empty() => std::mem::take(&mut s.subs),
+            _ => self
+                .client
+                .subscribe
+                .take()
+                .map_or_else(Vec::new, |b| b.subs),
+        }
     }
 
     /// Whether the client's transaction block is open (not failed).
@@ -362,7 +380,16 @@ impl Relay {
     /// make leaves the block open: no server ran it.)
     pub fn subscribed(&mut self, subs: &[Subscribe], results: Vec<Result<bool, ErrorFields>>) {
         let in_block = self.in_block();
-        for (sub, res) in subs.iter().zip(results) {
+        let later = self
+            .client
+            .subscribe
+            .take()
+            .map(|s| s.later_replies)
+            .unwrap_or_default();
+        for (i, (sub, res)) in subs.iter().zip(results).enumerate() {
+            if let Some(tags) = i.checked_sub(1).and_then(|i| later.get(i)) {
+                subscribe::answer(&mut self.client.cout, tags);
+            }
             match (sub, res) {
                 (Subscribe::Listen(channel), Ok(new)) => {
                     backend::command_complete(&mut self.client.cout, "LISTEN");

@@ -124,10 +124,9 @@ struct ClientSide {
     /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
     /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
     log: Option<Box<track::Log>>,
-    /// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`Next::Aside`]): one, or the
-    /// statements of one Query in order. (Boxed: one pointer, so idle clients stay small.)
-    #[allow(clippy::box_collection)]
-    subscribe: Option<Box<Vec<Subscribe>>>,
+    /// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`Next::Aside`]). (Boxed: one
+    /// pointer, so idle clients stay small.)
+    subscribe: Option<Box<subscribe::Subscribes>>,
     /// It listens through the pool's listening connection (its texts are checked for a
     /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
     listening: bool,

@@ -2,7 +2,9 @@
 //! or as an extended-protocol batch that does nothing else: read from the client's bytes
 //! before any server is taken.
 
-use bytes::{Buf, BufMut};
+use std::ops::Range;
+
+use bytes::{Buf, BufMut, BytesMut};
 
 use super::pin::Pin;
 use super::{Relay, Subscribe};
@@ -128,86 +130,105 @@ pub fn net_change(current: &[String], subs: &[Subscribe]) -> NetChange {
     }
 }
 
-/// An extended-protocol batch at the front of `buf` that runs one `LISTEN`/`UNLISTEN` and
+/// An extended-protocol batch at the front of `buf` that runs `LISTEN`s/`UNLISTEN`s and
 /// nothing else.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Batch {
-    pub sub: Subscribe,
+    /// Its statements, in the order executed.
+    pub subs: Vec<Subscribe>,
     /// The bytes of `buf` it spans, through its Sync.
     pub len: usize,
-    /// Its Parse (of the unnamed statement), if it has one: the client's unnamed statement
-    /// from now on.
-    pub parse: Option<usize>,
-    /// The tags of what PostgreSQL answers before the command's CommandComplete, in order
-    /// (ParseComplete, ParameterDescription of no parameters, NoData, BindComplete).
-    pub replies: Vec<u8>,
+    /// Its last Parse (of the unnamed statement), if it has one: the client's unnamed
+    /// statement from now on.
+    pub parse: Option<Range<usize>>,
+    /// Per statement, the tags of what PostgreSQL answers before its CommandComplete, in
+    /// order (ParseComplete, ParameterDescription of no parameters, NoData, BindComplete).
+    pub replies: Vec<Vec<u8>>,
+}
+
+/// Where an extended batch [`of_batch`] reads stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Before a statement: at the start, or after an Execute.
+    Between,
+    /// After a Parse of the unnamed statement.
+    Parsed,
+    /// After a Bind of the unnamed portal.
+    Bound,
 }
 
 /// The batch at the front of `buf`, if every message of it through its Sync is there and it
-/// is: an optional Parse of the unnamed statement declaring no parameter types (and a
-/// Describe of that statement), one Bind of the unnamed portal with no parameter values (and
-/// a Describe of that portal), one Execute of it, and Sync, in that order, Flushes anywhere.
-/// Without a Parse, `kept` gives the text of the statement the Bind names (`None`: it is not
-/// one the pooler could run without a server). The statement's text must be a lone
-/// `LISTEN`/`UNLISTEN`. Anything else is left to a server.
+/// is up to [`MAX_STATEMENTS`] statements, each: an optional Parse of the unnamed statement
+/// declaring no parameter types (and a Describe of that statement), one Bind of the unnamed
+/// portal with no parameter values (and a Describe of that portal), one Execute of it; then
+/// Sync; Flushes anywhere. pgjdbc sends `LISTEN a; LISTEN b` so, one statement after the
+/// other. A Bind without a Parse before it in the batch names a statement `kept` gives the
+/// text of (`None`: not one the pooler could run without a server). Every statement's text
+/// must be a lone `LISTEN`/`UNLISTEN`. Anything else is left to a server.
 pub(super) fn of_batch<'a>(
     buf: &'a [u8],
-    kept: impl FnOnce(&[u8]) -> Option<&'a [u8]>,
+    kept: impl Fn(&[u8]) -> Option<&'a [u8]>,
 ) -> Option<Batch> {
     let mut at = 0;
+    let mut step = Step::Between;
     let mut parse = None;
-    let mut sub = None;
-    let mut bound = false;
-    let mut executed = false;
+    // The statement the batch's last Parse made, and the one bound.
+    let mut parsed: Option<Subscribe> = None;
+    let mut bound: Option<Subscribe> = None;
+    let mut subs = Vec::new();
     let mut replies = Vec::new();
-    let mut kept = Some(kept);
+    let mut tags = Vec::new();
     loop {
         let (tag, len) = frame::peek_header(&buf[at..])?;
         let total = usize::try_from(len).ok()?.checked_add(1)?;
         let msg = buf.get(at..at.checked_add(total)?)?;
-        match tag {
-            f::PARSE_TAG if at == 0 => {
+        match (tag, step) {
+            (f::PARSE_TAG, Step::Between) => {
                 let (name, sql, types) = f::parse_parts(msg).ok()?;
-                if !name.is_empty() || types != 0 {
+                if !name.is_empty() || types != 0 || !may_subscribe(sql) {
                     return None;
                 }
-                sub = Some(of_text(sql)?);
-                parse = Some(total);
-                replies.push(b::PARSE_COMPLETE_TAG);
+                parsed = Some(of_text(sql)?);
+                parse = Some(at..at + total);
+                tags.push(b::PARSE_COMPLETE_TAG);
+                step = Step::Parsed;
             }
-            f::DESCRIBE_TAG if !executed => {
+            (f::DESCRIBE_TAG, Step::Parsed | Step::Bound) => {
                 let (kind, span) = f::describe_or_close_target(msg).ok()?;
-                match kind {
-                    b'S' if parse.is_some() && !bound && span.len == 0 => {
-                        replies.extend([b::PARAMETER_DESCRIPTION_TAG, b::NO_DATA_TAG])
+                match (kind, step) {
+                    (b'S', Step::Parsed) if span.len == 0 => {
+                        tags.extend([b::PARAMETER_DESCRIPTION_TAG, b::NO_DATA_TAG])
                     }
-                    b'P' if bound && span.len == 0 => replies.push(b::NO_DATA_TAG),
+                    (b'P', Step::Bound) if span.len == 0 => tags.push(b::NO_DATA_TAG),
                     _ => return None,
                 }
             }
-            f::BIND_TAG if !bound => {
+            (f::BIND_TAG, Step::Between | Step::Parsed) => {
                 let (portal, stmt, values) = f::bind_parts(msg).ok()?;
                 if !portal.is_empty() || values != 0 {
                     return None;
                 }
-                if parse.is_none() {
-                    sub = Some(of_text((kept.take()?)(stmt)?)?);
-                } else if !stmt.is_empty() {
+                bound = match (&parsed, stmt.is_empty()) {
+                    (Some(p), true) => Some(p.clone()),
+                    // A Parse and then a Bind of another statement.
+                    _ if step == Step::Parsed => return None,
+                    _ => Some(of_text(kept(stmt)?)?),
+                };
+                tags.push(b::BIND_COMPLETE_TAG);
+                step = Step::Bound;
+            }
+            (f::EXECUTE_TAG, Step::Bound) => {
+                if !f::execute_portal(msg).ok()?.is_empty() || subs.len() == MAX_STATEMENTS {
                     return None;
                 }
-                bound = true;
-                replies.push(b::BIND_COMPLETE_TAG);
+                subs.push(bound.take()?);
+                replies.push(std::mem::take(&mut tags));
+                step = Step::Between;
             }
-            f::EXECUTE_TAG if bound && !executed => {
-                if !f::execute_portal(msg).ok()?.is_empty() {
-                    return None;
-                }
-                executed = true;
-            }
-            f::FLUSH_TAG => {}
-            f::SYNC_TAG if executed => {
+            (f::FLUSH_TAG, _) => {}
+            (f::SYNC_TAG, Step::Between) if !subs.is_empty() => {
                 return Some(Batch {
-                    sub: sub?,
+                    subs,
                     len: at + total,
                     parse,
                     replies,
@@ -216,6 +237,37 @@ pub(super) fn of_batch<'a>(
             _ => return None,
         }
         at += total;
+    }
+}
+
+/// Writes the answers `tags` names ([`Batch::replies`]) to `out`.
+pub(super) fn answer(out: &mut BytesMut, tags: &[u8]) {
+    for &tag in tags {
+        if tag == b::PARAMETER_DESCRIPTION_TAG {
+            // No parameters.
+            out.put_slice(&[tag, 0, 0, 0, 6, 0, 0]);
+        } else {
+            b::empty(out, tag);
+        }
+    }
+}
+
+/// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`super::Next::Aside`]): one, the
+/// statements of one Query, or those of one extended batch, in order.
+#[derive(Debug, Default)]
+pub(super) struct Subscribes {
+    pub subs: Vec<Subscribe>,
+    /// Of an extended batch: the tags of what is answered before each statement's
+    /// CommandComplete after the first (the first's go out when the batch is read).
+    pub later_replies: Vec<Vec<u8>>,
+}
+
+impl Subscribes {
+    pub(super) fn of(subs: Vec<Subscribe>) -> Box<Subscribes> {
+        Box::new(Subscribes {
+            subs,
+            later_replies: Vec::new(),
+        })
     }
 }
 
@@ -239,10 +291,11 @@ impl Relay {
         }
     }
 
-    /// An extended-protocol batch in front of the client's buffer that runs a lone
-    /// `LISTEN`/`UNLISTEN` and nothing else, with no server held (`track`): answered as
-    /// PostgreSQL answers it up to the command's CommandComplete, and handed to the driver
-    /// as [`super::Next::Aside`], as the simple Query form is. Returns whether it was.
+    /// An extended-protocol batch in front of the client's buffer that runs
+    /// `LISTEN`s/`UNLISTEN`s and nothing else, with no server held (`track`): answered as
+    /// PostgreSQL answers it up to the first command's CommandComplete (the rest when the
+    /// driver is done, [`Relay::subscribed`]), and handed to the driver as
+    /// [`super::Next::Aside`], as the simple Query form is. Returns whether it was.
     pub(super) fn extended_subscription(&mut self) -> bool {
         let unnamed = self.unnamed.as_deref().map(|p| &p[..]);
         let statements = &self.statements;
@@ -258,25 +311,22 @@ impl Relay {
         let Some(batch) = of_batch(&self.client.cbuf, kept) else {
             return false;
         };
-        for &tag in &batch.replies {
-            if tag == b::PARAMETER_DESCRIPTION_TAG {
-                // No parameters.
-                self.client.cout.put_slice(&[tag, 0, 0, 0, 6, 0, 0]);
-            } else {
-                b::empty(&mut self.client.cout, tag);
-            }
-        }
-        if let Some(len) = batch.parse.filter(|_| self.policy.tracking) {
+        let mut replies = batch.replies.into_iter();
+        answer(&mut self.client.cout, &replies.next().unwrap_or_default());
+        if let Some(span) = batch.parse.filter(|_| self.policy.tracking) {
             // The client's unnamed statement now, replayed (and pinning) where it is bound
             // on a server.
             let kept = self.unnamed.get_or_insert_with(Box::default);
             kept.clear();
-            kept.extend_from_slice(&self.client.cbuf[..len]);
+            kept.extend_from_slice(&self.client.cbuf[span]);
             self.batch.unnamed_here = false;
             self.subscribes = true;
         }
         self.client.cbuf.advance(batch.len);
-        self.client.subscribe = Some(Box::new(vec![batch.sub]));
+        self.client.subscribe = Some(Box::new(Subscribes {
+            subs: batch.subs,
+            later_replies: replies.collect(),
+        }));
         true
     }
 
@@ -339,10 +389,10 @@ mod tests {
         ]
         .concat();
         let found = of_batch(&b, none).expect("a lone LISTEN batch");
-        assert_eq!(found.sub, Subscribe::Listen("Ch".into()));
+        assert_eq!(found.subs, [Subscribe::Listen("Ch".into())]);
         assert_eq!(found.len, b.len());
-        assert_eq!(found.parse, Some(parse("", "LISTEN \"Ch\"").len()));
-        assert_eq!(found.replies, b"12n");
+        assert_eq!(found.parse, Some(0..parse("", "LISTEN \"Ch\"").len()));
+        assert_eq!(found.replies, [b"12n"]);
         // What follows the Sync is not the batch's.
         let more = [&b[..], &sync()].concat();
         assert_eq!(of_batch(&more, none).map(|f| f.len), Some(b.len()));
@@ -351,8 +401,11 @@ mod tests {
         // where there is a Parse.
         let b = [bind("", "s1"), execute(""), msg(b'H', b""), sync()].concat();
         let found = of_batch(&b, |n| (n == b"s1").then_some(&b"unlisten *"[..])).unwrap();
-        assert_eq!(found.sub, Subscribe::Unlisten(None));
-        assert_eq!((found.parse, &found.replies[..]), (None, &b"2"[..]));
+        assert_eq!(found.subs, [Subscribe::Unlisten(None)]);
+        assert_eq!(
+            (found.parse, &found.replies[..]),
+            (None, &[b"2".to_vec()][..])
+        );
         let b = [
             parse("", "listen a"),
             describe(b'S', ""),
@@ -361,7 +414,110 @@ mod tests {
             sync(),
         ]
         .concat();
-        assert_eq!(of_batch(&b, none).unwrap().replies, b"1tn2");
+        assert_eq!(of_batch(&b, none).unwrap().replies, [b"1tn2"]);
+    }
+
+    /// pgjdbc sends `LISTEN a; UNLISTEN b` as one batch of two statements; each is
+    /// answered as PostgreSQL answers it, and the unnamed statement is the last one parsed.
+    #[test]
+    fn a_batch_of_several_listens_is_found() {
+        let first = parse("", "LISTEN a");
+        let b = [
+            first.clone(),
+            bind("", ""),
+            describe(b'P', ""),
+            execute(""),
+            parse("", "UNLISTEN b"),
+            describe(b'S', ""),
+            bind("", ""),
+            execute(""),
+            // The batch's unnamed statement again.
+            bind("", ""),
+            msg(b'H', b""),
+            execute(""),
+            // A statement the client keeps.
+            bind("", "s1"),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let found = of_batch(&b, |n| (n == b"s1").then_some(&b"listen c"[..])).unwrap();
+        let (l, u) = (
+            |c: &str| Subscribe::Listen(c.into()),
+            |c: &str| Subscribe::Unlisten(Some(c.into())),
+        );
+        assert_eq!(found.subs, [l("a"), u("b"), u("b"), l("c")]);
+        assert_eq!(found.len, b.len());
+        let second = first.len()
+            + [bind("", ""), describe(b'P', ""), execute("")]
+                .concat()
+                .len();
+        assert_eq!(
+            found.parse,
+            Some(second..second + parse("", "UNLISTEN b").len())
+        );
+        assert_eq!(found.replies, [&b"12n"[..], b"1tn2", b"2", b"2"]);
+        // Without a Parse in the batch, a Bind of the unnamed statement is of the client's.
+        let b = [bind("", ""), execute(""), bind("", ""), execute(""), sync()].concat();
+        let found = of_batch(&b, |n| n.is_empty().then_some(&b"listen k"[..])).unwrap();
+        assert_eq!(found.subs, [l("k"), l("k")]);
+
+        let listen = || [parse("", "LISTEN a"), bind("", ""), execute("")].concat();
+        let many = listen().repeat(MAX_STATEMENTS);
+        assert_eq!(
+            of_batch(&[&many[..], &sync()].concat(), none).map(|f| f.subs.len()),
+            Some(MAX_STATEMENTS)
+        );
+        let cases: Vec<Vec<Vec<u8>>> = vec![
+            // One statement too many.
+            vec![many.clone(), listen(), sync()],
+            // A statement other than LISTEN/UNLISTEN among them.
+            vec![
+                listen(),
+                parse("", "SELECT 1"),
+                bind("", ""),
+                execute(""),
+                sync(),
+            ],
+            vec![
+                listen(),
+                parse("", "BEGIN"),
+                bind("", ""),
+                execute(""),
+                sync(),
+            ],
+            // Two Parses, or a Parse and then a Bind of another statement.
+            vec![
+                listen(),
+                parse("", "LISTEN b"),
+                parse("", "LISTEN c"),
+                sync(),
+            ],
+            vec![
+                listen(),
+                parse("", "LISTEN b"),
+                bind("", "s1"),
+                execute(""),
+                sync(),
+            ],
+            // A Describe of a statement after its Bind, or a Parse not executed.
+            vec![
+                listen(),
+                parse("", "LISTEN b"),
+                bind("", ""),
+                describe(b'S', ""),
+                sync(),
+            ],
+            vec![listen(), parse("", "LISTEN b"), sync()],
+            // Flush instead of Sync: not the batch's end.
+            vec![listen(), listen(), msg(b'H', b"")],
+            // A Bind of a statement the pooler does not know as one.
+            vec![listen(), bind("", "s1"), execute(""), sync()],
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let b = c.concat();
+            assert_eq!(of_batch(&b, none), None, "case {i}");
+        }
     }
 
     #[test]

@@ -499,7 +499,7 @@ impl Relay {
     /// block commits. Returns whether the driver has work ([`super::Next::Aside`]).
     pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) -> bool {
         let Subscribe::Unlisten(channel) = sub else {
-            self.client.subscribe = Some(Box::new(vec![sub]));
+            self.client.subscribe = Some(super::subscribe::Subscribes::of(vec![sub]));
             return true;
         };
         let out = &mut self.client.cout;

@@ -483,8 +483,27 @@ async fn heard(l: &mut Raw) -> Vec<String> {
     got
 }
 
+/// The statements of `sql` (split at `;`) as pgjdbc sends a multi-statement text through the
+/// extended protocol: each an unnamed Parse, Bind, Describe of the portal and Execute; then
+/// one Sync.
+fn jdbc_batch(sql: &str) -> Vec<u8> {
+    use raw::{bind, describe, execute, parse, sync};
+    let mut msgs = Vec::new();
+    for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        msgs.extend([
+            parse("", stmt),
+            bind("", "", &[]),
+            describe(b'P', ""),
+            execute(""),
+        ]);
+    }
+    msgs.push(sync());
+    raw::batch(&msgs)
+}
+
 /// Runs `steps` (a listener's queries, then a busy client's `NOTIFY` on each of `notify`'s
-/// channels with the step's payload after its prefix) directly against PostgreSQL and through
+/// channels with the step's payload after its prefix; a query that begins with `ext:` is
+/// sent as [`jdbc_batch`] sends the rest) directly against PostgreSQL and through
 /// the pooler `p`, and returns, for each, every answer the listener got and what it heard
 /// after each step. The busy client runs between the listener's steps: with a pool of one
 /// server, a listener pinned there would make it wait out `query_wait_timeout` and fail.
@@ -502,7 +521,13 @@ async fn run_both_ways(
         let mut log = Vec::new();
         for (sqls, payload) in steps {
             for sql in *sqls {
-                let f = l.query(sql).await;
+                let f = match sql.strip_prefix("ext:") {
+                    Some(rest) => {
+                        l.send(&jdbc_batch(rest)).await;
+                        l.until_ready().await
+                    }
+                    None => l.query(sql).await,
+                };
                 log.push(format!("{sql}: {}", answer(&f)));
             }
             let sql: Vec<String> = notify
@@ -788,6 +813,42 @@ async fn a_query_of_listens_pins_nothing() {
     assert_no_listen_pin(&p);
 }
 
+/// pgjdbc sends `LISTEN a; LISTEN b` as one extended batch of two statements (as it sends
+/// any multi-statement text): served by the listening connection as the simple Query of
+/// them is, answered message by message as PostgreSQL answers (a ParseComplete, BindComplete
+/// and NoData before each CommandComplete), their sum counting outside a block and each
+/// statement alone inside one. Every step is run directly too; the pool's one server keeps
+/// serving the busy client between steps, and no client is pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_listens_pins_nothing() {
+    let db = "ls_ext_multi";
+    let p = start_tracked(db, "transaction");
+    let steps: &[(&[&str], &str)] = &[
+        (&[r#"ext:LISTEN a; LISTEN "B""#], "1"),
+        (&["ext:UNLISTEN a; LISTEN c; listen c"], "2"),
+        (&["ext:LISTEN a; UNLISTEN *; LISTEN d"], "3"),
+        (&["begin", "ext:LISTEN a; UNLISTEN d", "rollback"], "4"),
+        (&["begin", "ext:LISTEN a; UNLISTEN d", "commit"], "5"),
+        (&["ext:UNLISTEN *; UNLISTEN *"], "6"),
+    ];
+    let notify = [("a", "a"), ("\"B\"", "B"), ("c", "c"), ("d", "d")];
+    let seen = run_both_ways(&p, db, steps, &notify).await;
+    let want = [
+        "heard [\"a1\", \"B1\"]",
+        "heard [\"B2\", \"c2\"]",
+        "heard [\"d3\"]",
+        "heard [\"d4\"]",
+        "heard [\"a5\"]",
+        "heard []",
+    ];
+    assert_heard(&seen, &want);
+    assert_eq!(
+        seen[0][0], "ext:LISTEN a; LISTEN \"B\": 1 2 n C(LISTEN\0) 1 2 n C(LISTEN\0) Z(I)",
+        "each statement answered"
+    );
+    assert_no_listen_pin(&p);
+}
+
 /// A Query of `LISTEN`s whose listening connection cannot be opened (the database's
 /// connection limit is full) is answered with that error at its first statement, as a lone
 /// one is, and changes nothing: the client hears nothing of those channels.
@@ -808,6 +869,12 @@ async fn a_query_of_listens_that_cannot_listen_changes_nothing() {
     let got = l.query("LISTEN a; LISTEN b").await;
     assert_eq!(tags(&got), "EZ", "{got:?}");
     assert_eq!(raw::sqlstate(&got[0]), "53300");
+    // The same as pgjdbc's batch: the error answers its first statement, after what comes
+    // before that statement's CommandComplete.
+    l.send(&jdbc_batch("LISTEN a; LISTEN b")).await;
+    let got = l.until_ready().await;
+    assert_eq!(tags(&got), "12nEZ", "{got:?}");
+    assert_eq!(raw::sqlstate(&got[3]), "53300");
     ok(&mut busy, "commit").await;
     let mut n = Raw::connect(pg.port, USER, db).await;
     ok(&mut n, "notify a, '1'; notify b, '2'").await;
