@@ -22,7 +22,7 @@ use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
-use crate::relay::{Io, Kind, Next, Policy, Relay, Subscribe};
+use crate::relay::{subscribe, Io, Kind, Next, Policy, Relay, Subscribe};
 use crate::server::{Server, ServerError};
 use crate::shared::Shared;
 
@@ -621,10 +621,7 @@ impl<'a> Session<'a> {
     /// In a block: each `LISTEN` is made when it comes (a rollback ends it again, so the
     /// client's own `NOTIFY` of the block reaches it at the commit), each `UNLISTEN` counts
     /// at the commit (the relay notes it); up to the first that cannot be made.
-    async fn subscribe_in_block(
-        &mut self,
-        subs: &[Subscribe],
-    ) -> Vec<Result<bool, crate::protocol::backend::ErrorFields>> {
+    async fn subscribe_in_block(&mut self, subs: &[Subscribe]) -> Vec<subscribe::Outcome> {
         let mut results = Vec::with_capacity(subs.len());
         for sub in subs {
             let res = match sub {
@@ -650,47 +647,24 @@ impl<'a> Session<'a> {
         results
     }
 
-    /// Outside a block the statements of one Query commit together: their sum is made,
-    /// `LISTEN`s first. If one cannot be made, the ones made for this Query end again and
-    /// nothing changes, as the implicit transaction's rollback leaves it; the error answers
-    /// the first statement that listens on that channel.
-    async fn subscribe_now(
-        &mut self,
-        subs: &[Subscribe],
-    ) -> Vec<Result<bool, crate::protocol::backend::ErrorFields>> {
+    /// Outside a block the statements of one Query or batch commit together: their sum is
+    /// made, `LISTEN`s first ([`subscribe::plan`]). If one cannot be made, the ones made for
+    /// these statements end again and nothing changes, as the implicit transaction's rollback
+    /// leaves it ([`subscribe::failed_at`]).
+    async fn subscribe_now(&mut self, subs: &[Subscribe]) -> Vec<subscribe::Outcome> {
         let current = self.inbox.as_deref().map_or(&[][..], |i| i.channels());
-        let change = crate::relay::net_change(current, subs);
-        // The bound holds for what the Query leaves: the channels it ends make room, though
-        // they end after its LISTENs are made.
-        let room = change.unlisten.len();
-        let kept = current.len() - room;
-        let beyond = change
-            .listen
-            .get(crate::listen::MAX_CHANNELS.saturating_sub(kept));
-        let failed = match beyond {
-            Some(channel) => Some((channel, too_many_channels())),
-            None => {
-                let mut failed = None;
-                for (made, channel) in change.listen.iter().enumerate() {
-                    if let Err(e) = self.listen(channel, room).await {
-                        for c in &change.listen[..made] {
-                            self.unlisten(Some(c));
-                        }
-                        failed = Some((channel, e));
-                        break;
-                    }
-                }
-                failed
-            }
+        let change = match subscribe::plan(current, subs) {
+            Ok(change) => change,
+            Err(refused) => return refused,
         };
-        if let Some((channel, e)) = failed {
-            let at = subs
-                .iter()
-                .position(|s| matches!(s, Subscribe::Listen(c) if c == channel))
-                .unwrap_or(0);
-            let mut results: Vec<_> = (0..at).map(|_| Ok(false)).collect();
-            results.push(Err(e));
-            return results;
+        let room = change.unlisten.len();
+        for (made, channel) in change.listen.iter().enumerate() {
+            if let Err(e) = self.listen(channel, room).await {
+                for c in &change.listen[..made] {
+                    self.unlisten(Some(c));
+                }
+                return subscribe::failed_at(subs, channel, e);
+            }
         }
         if change.none_left {
             self.unlisten(None);
@@ -714,7 +688,7 @@ impl<'a> Session<'a> {
         let wait = self.shared.config.load().pool.query_wait_timeout;
         let already = inbox.channels().iter().any(|c| c == channel);
         if !already && inbox.channels().len() >= crate::listen::MAX_CHANNELS + room {
-            return Err(too_many_channels());
+            return Err(subscribe::too_many_channels());
         }
         let listen = self.pool.listen(channel, inbox.mailbox());
         let res = match tokio::time::timeout(wait, listen).await {
@@ -955,16 +929,4 @@ impl<'a> Session<'a> {
         }
         self.relay.shrink(self.warm.slot.is_some());
     }
-}
-
-/// The answer to a `LISTEN` beyond the channels one client may listen on
-/// ([`crate::listen::MAX_CHANNELS`]).
-fn too_many_channels() -> crate::protocol::backend::ErrorFields {
-    crate::relay::error_fields(
-        sqlstate::PROGRAM_LIMIT_EXCEEDED,
-        format!(
-            "too many channels: a client listens on at most {} through the pooler",
-            crate::listen::MAX_CHANNELS
-        ),
-    )
 }

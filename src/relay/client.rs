@@ -378,7 +378,7 @@ impl Relay {
     /// channel before). Inside a block each is noted: a `LISTEN` to end if the block rolls
     /// back, an `UNLISTEN` to count if it commits. (One the listening connection could not
     /// make leaves the block open: no server ran it.)
-    pub fn subscribed(&mut self, subs: &[Subscribe], results: Vec<Result<bool, ErrorFields>>) {
+    pub fn subscribed(&mut self, subs: &[Subscribe], results: Vec<subscribe::Outcome>) {
         let in_block = self.in_block();
         let later = self
             .client

@@ -20,7 +20,7 @@ mod policy;
 mod replies;
 mod retry;
 mod settle;
-mod subscribe;
+pub mod subscribe;
 #[cfg(test)]
 mod tests;
 mod timeouts;
@@ -30,7 +30,6 @@ mod tracking;
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PIN_CHECK_SQL};
 pub use policy::{Policy, StateRule};
-pub use subscribe::{net_change, NetChange};
 pub use timeouts::Kind;
 
 use std::sync::Arc;

@@ -8,9 +8,11 @@ use bytes::{Buf, BufMut, BytesMut};
 
 use super::pin::Pin;
 use super::{Relay, Subscribe};
-use crate::protocol::backend as b;
+use crate::listen::MAX_CHANNELS;
+use crate::protocol::backend::{self as b, ErrorFields};
 use crate::protocol::frame;
 use crate::protocol::frontend as f;
+use crate::protocol::sqlstate;
 use crate::session_state::detect::{subscription, Effect};
 use crate::session_state::lex::statements;
 
@@ -128,6 +130,47 @@ pub fn net_change(current: &[String], subs: &[Subscribe]) -> NetChange {
         unlisten,
         none_left,
     }
+}
+
+/// One statement's answer from the driver: `Ok(new)` (the client did not listen on the
+/// channel before) or the error that ends the statements.
+pub type Outcome = Result<bool, ErrorFields>;
+
+/// What the statements `subs` of one Query or batch outside a block make of the client's
+/// channels `current`: the change to make (its `LISTEN`s first), or, when the client would
+/// listen on more than [`MAX_CHANNELS`] afterwards, the answer that refuses them and changes
+/// nothing. The bound holds for what the statements leave: the channels they end make
+/// room, though they end after their `LISTEN`s are made.
+pub fn plan(current: &[String], subs: &[Subscribe]) -> Result<NetChange, Vec<Outcome>> {
+    let change = net_change(current, subs);
+    let kept = current.len() - change.unlisten.len();
+    match change.listen.get(MAX_CHANNELS.saturating_sub(kept)) {
+        Some(beyond) => Err(failed_at(subs, beyond, too_many_channels())),
+        None => Ok(change),
+    }
+}
+
+/// The answer to statements `subs` (outside a block) when listening on `channel` failed
+/// with `e`, nothing of them counting: the error answers the first statement that listens
+/// on that channel, after the CommandCompletes of those before it, as PostgreSQL's error
+/// would end an implicit transaction there.
+pub fn failed_at(subs: &[Subscribe], channel: &str, e: ErrorFields) -> Vec<Outcome> {
+    let at = subs
+        .iter()
+        .position(|s| matches!(s, Subscribe::Listen(c) if c == channel))
+        .unwrap_or(0);
+    let mut results: Vec<Outcome> = (0..at).map(|_| Ok(false)).collect();
+    results.push(Err(e));
+    results
+}
+
+/// The answer to a `LISTEN` beyond the channels one client may listen on
+/// ([`MAX_CHANNELS`]).
+pub fn too_many_channels() -> ErrorFields {
+    super::error_fields(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!("too many channels: a client listens on at most {MAX_CHANNELS} through the pooler"),
+    )
 }
 
 /// An extended-protocol batch at the front of `buf` that runs `LISTEN`s/`UNLISTEN`s and
@@ -709,5 +752,53 @@ mod tests {
         for (current, subs, want) in cases {
             assert_eq!(net_change(&current, &subs), want, "{current:?} {subs:?}");
         }
+    }
+
+    /// The bound on a client's channels holds for what a Query leaves, and its error, like
+    /// one from the listening connection, answers the first statement that listens on the
+    /// channel that failed, after the CommandCompletes of those before it.
+    #[test]
+    fn a_plan_refuses_beyond_the_bound_at_the_statement_that_listens_there() {
+        let l = |c: &str| Subscribe::Listen(c.into());
+        let u = |c: &str| Subscribe::Unlisten(Some(c.into()));
+        let full: Vec<String> = (0..MAX_CHANNELS).map(|i| format!("c{i}")).collect();
+        let code = |r: &[Outcome]| {
+            r.iter()
+                .map(|o| match o {
+                    Ok(_) => "ok".to_string(),
+                    Err(e) => e.code.to_string(),
+                })
+                .collect::<Vec<_>>()
+        };
+        // One more channel: refused at the statement naming it, nothing made.
+        let subs = [l("c0"), u("x"), l("more"), l("other")];
+        let refused = plan(&full, &subs).expect_err("beyond the bound");
+        assert_eq!(code(&refused), ["ok", "ok", "54000"]);
+        // An UNLISTEN of the same statements makes room, wherever it stands.
+        let subs = [l("more"), u("c5")];
+        let change = plan(&full, &subs).expect("room made");
+        assert_eq!(
+            (change.listen, change.unlisten),
+            (vec!["more".to_string()], vec!["c5".to_string()])
+        );
+        let change = plan(&full, &[l("a"), l("b"), Subscribe::Unlisten(None), l("c")]).unwrap();
+        assert_eq!(
+            (change.listen.len(), change.unlisten.len()),
+            (1, MAX_CHANNELS)
+        );
+        // Below the bound nothing is refused.
+        assert!(plan(&full[1..], &[l("more")]).is_ok());
+        assert!(plan(&full[2..], &[l("x"), l("y"), l("x")]).is_ok());
+        assert!(plan(&full[2..], &[l("x"), l("y"), l("z")]).is_err());
+
+        // A channel the listening connection could not make: the error at the first
+        // statement listening there, whichever statement made it first in the sum.
+        let e = super::super::error_fields("53300", "full".into());
+        let subs = [u("a"), l("b"), l("a"), l("b")];
+        assert_eq!(
+            code(&failed_at(&subs, "a", e.clone())),
+            ["ok", "ok", "53300"]
+        );
+        assert_eq!(code(&failed_at(&subs, "b", e)), ["ok", "53300"]);
     }
 }

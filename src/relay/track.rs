@@ -498,16 +498,11 @@ impl Relay {
     /// `UNLISTEN` is answered here, as PostgreSQL answers it, and noted, to count if the
     /// block commits. Returns whether the driver has work ([`super::Next::Aside`]).
     pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) -> bool {
-        let Subscribe::Unlisten(channel) = sub else {
+        if let Subscribe::Listen(_) = sub {
             self.client.subscribe = Some(super::subscribe::Subscribes::of(vec![sub]));
             return true;
-        };
-        let out = &mut self.client.cout;
-        b::command_complete(out, "UNLISTEN");
-        b::ready_for_query(out, self.batch.status);
-        if self.client.listening {
-            self.note_subscription(Step::Unlisten(channel));
         }
+        self.subscribed(&[sub], vec![Ok(false)]);
         false
     }
 
