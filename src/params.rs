@@ -1,7 +1,9 @@
 //! Reported session parameters (ParameterStatus), as a small ordered list, and the SQL that
 //! brings a server's values in line with a client's.
 
-/// Parameters PostgreSQL reports that a client cannot change with SET; never synced.
+/// Parameters PostgreSQL reports that the startup-parameter sync never sets: a client cannot
+/// change most of them with SET, and a login's `default_transaction_read_only` says what the
+/// host is. A client's `SET` of one of those is followed as any setting is (`track`).
 const NOT_SETTABLE: &[&str] = &[
     "server_version",
     "server_encoding",
@@ -12,6 +14,11 @@ const NOT_SETTABLE: &[&str] = &[
     "default_transaction_read_only",
     "scram_iterations",
 ];
+
+/// Whether the startup-parameter sync brings reported parameter `name` onto a server.
+pub fn is_synced(name: &str) -> bool {
+    !NOT_SETTABLE.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
 
 /// Name → value of reported parameters. A handful of entries, so a Vec beats a map.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -124,6 +124,9 @@ impl Step {
 /// Settings and SQL prepared statements followed for one client: beyond, the client is pinned
 /// (its server keeps them) rather than the pooler holding and replaying them without bound.
 pub(super) const MAX_FOLLOWED: usize = 1000;
+/// Named statements whose text makes a setting, followed per client; a Parse of one more
+/// pins the client instead.
+const MAX_NAMED: usize = 64;
 
 /// A client's settings journal: created at its first setting, kept for the session.
 #[derive(Debug, Default)]
@@ -149,9 +152,29 @@ pub(super) struct Log {
     /// The unnamed statement's steps, and the portal bound to it with its steps.
     parsed: Option<Vec<Step>>,
     portal: Option<(Vec<u8>, Vec<Step>)>,
+    /// The names of the client's named statements (`track_prepared`) whose text, when last
+    /// parsed, made a setting: a Bind of one reads the kept text's steps again.
+    named: Vec<Vec<u8>>,
     /// Committed `LISTEN`s and `UNLISTEN`s, in order, not yet handed to the driver
     /// ([`Relay::take_subscriptions`]).
     subscriptions: Vec<Subscribe>,
+}
+
+/// The step effect `e` is for the journal: an `UNLISTEN` matters only to a client that
+/// listens through the pool's connection (`listening`; a server's own `LISTEN`s are the
+/// server's to end).
+fn followed(e: &Effect, listening: bool) -> Option<Step> {
+    Step::of(e).filter(|s| listening || !matches!(s, Step::Unlisten(_)))
+}
+
+/// The steps statement text `sql` makes, as a Parse of it was read.
+fn steps_of(sql: &[u8], listening: bool) -> Vec<Step> {
+    let mut found = Vec::new();
+    crate::session_state::detect::effects(sql, &mut found);
+    found
+        .iter()
+        .filter_map(|(_, e)| followed(e, listening))
+        .collect()
 }
 
 /// The portal name at the start of a Bind or Execute body.
@@ -178,7 +201,8 @@ impl Log {
     }
 
     /// Commits `change` into `settings` (the client's) and onto `srv`, unless the server
-    /// reports the parameter itself (ParameterStatus keeps those). False for a new entry
+    /// reports the parameter itself and the startup-parameter sync moves it
+    /// (ParameterStatus keeps those). False for a new entry
     /// beyond [`MAX_FOLLOWED`]: not followed (the caller pins).
     /// A `DEALLOCATE name` of no SQL statement of the client's is put in `dropped`: it may
     /// be one the client made with Parse.
@@ -191,7 +215,7 @@ impl Log {
         let full = |kind, name: &str| settings.len() >= MAX_FOLLOWED && !settings.has(kind, name);
         match change {
             Step::Set { name, replay } => {
-                if srv.params().get(name).is_some() {
+                if srv.params().get(name).is_some() && crate::params::is_synced(name) {
                     return true;
                 }
                 if full(Kind::Setting, name) {
@@ -363,7 +387,8 @@ impl Log {
 impl Relay {
     /// Notes the effects `found` of a Query or Parse (`msg`; `whole`: all of it) under
     /// `track`. Returns a pin when a setting cannot be followed (it then stays on this
-    /// server): one in a named statement, which may run in any later batch.
+    /// server): one in a named statement without `track_prepared` (it may run in any later
+    /// batch, on whichever server holds it), or in more than [`MAX_NAMED`] of them.
     pub(super) fn note_settings(
         &mut self,
         tag: u8,
@@ -371,14 +396,11 @@ impl Relay {
         whole: bool,
         found: &[(usize, Effect)],
     ) -> Option<Pin> {
-        // An `UNLISTEN` matters to a client that listens through the pool's connection (a
-        // server's own `LISTEN`s are the server's to end).
         let listening = self.client.listening;
         let steps = || {
             found
                 .iter()
-                .filter_map(|(_, e)| Step::of(e))
-                .filter(move |s| listening || !matches!(s, Step::Unlisten(_)))
+                .filter_map(move |(_, e)| followed(e, listening))
         };
         let changes = steps().any(|s| s.changes());
         if self.client.log.is_none() {
@@ -397,9 +419,18 @@ impl Relay {
             log.units += 1;
             return None;
         }
-        // A Parse: its steps count when a portal bound to it runs.
-        if f::parse_statement_prefix(msg).is_some_and(|s| s.len > 0) {
-            return changes.then_some(Pin::Setting);
+        // A Parse: its steps count when a portal bound to it runs. A named one's text is
+        // kept (`track_prepared`) and read again when bound, as it may run in any later batch.
+        if let Some(name) = f::parse_statement_prefix(msg).filter(|s| s.len > 0) {
+            let name = name.get(msg);
+            if !changes || log.named.iter().any(|n| n == name) {
+                return None;
+            }
+            if !whole || !self.policy.tracking || log.named.len() >= MAX_NAMED {
+                return Some(Pin::Setting);
+            }
+            log.named.push(name.to_vec());
+            return None;
         }
         let steps: Vec<Step> = steps().collect();
         log.parsed = (!steps.is_empty()).then_some(steps);
@@ -414,11 +445,22 @@ impl Relay {
             return;
         };
         match tag {
-            f::BIND_TAG if log.parsed.is_some() || log.portal.is_some() => {
+            f::BIND_TAG
+                if log.parsed.is_some() || log.portal.is_some() || !log.named.is_empty() =>
+            {
                 let portal = first_name(msg);
                 let statement = f::bind_statement(msg).map(|s| s.get(msg)).ok();
                 log.portal = match (statement, &log.parsed) {
                     (Some(b""), Some(steps)) => Some((portal.to_vec(), steps.clone())),
+                    (Some(name), _) if !name.is_empty() && log.named.iter().any(|n| n == name) => {
+                        // The text the client's statement of that name has now.
+                        let listening = self.client.listening;
+                        self.statements
+                            .get(name)
+                            .and_then(|k| f::parse_parts(&k.parse).ok())
+                            .map(|(_, sql, _)| (portal.to_vec(), steps_of(sql, listening)))
+                            .filter(|(_, steps)| !steps.is_empty())
+                    }
                     _ => None,
                 };
             }

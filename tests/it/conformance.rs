@@ -273,6 +273,20 @@ const SCENARIOS: &[Scenario] = &[
         ]],
         listens: true,
     },
+    Scenario {
+        name: "a reported setting the startup sync does not move stays with its client",
+        phases: &[
+            &[&[
+                "SET default_transaction_read_only = on",
+                "show transaction_read_only",
+            ]],
+            &[&[
+                "show default_transaction_read_only",
+                "show transaction_read_only",
+            ]],
+        ],
+        listens: false,
+    },
 ];
 
 /// One statement's answer as the client sees it: rows, command tags, or the SQLSTATE.

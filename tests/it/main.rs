@@ -19,6 +19,7 @@ mod relay;
 mod security;
 mod server_check;
 mod session_listen;
+mod session_random;
 mod session_state;
 mod session_track;
 mod support;

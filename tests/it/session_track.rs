@@ -1,7 +1,8 @@
 //! `pool.session_state: track` against a real PostgreSQL: a client's settings follow it onto
 //! whichever server it gets (the backend pid is asserted to change), no other client ever
 //! runs under them, a client that sets something is not pinned, and what the pooler cannot
-//! follow (a setting in a named statement, `SET ROLE`) pins instead of leaking.
+//! follow (a setting in a named statement without `track_prepared`, `SET ROLE`) pins
+//! instead of leaking.
 
 use std::time::Duration;
 
@@ -194,6 +195,74 @@ async fn extended_protocol_settings() {
     assert!(!waiting.is_finished(), "B ran while A is pinned");
     drop(a);
     assert_eq!(waiting.await.unwrap(), "4MB");
+}
+
+/// With `track_prepared`, a `SET` in a named statement (tokio-postgres and sqlx prepare
+/// every statement so) is followed as one in the unnamed statement is: it counts when a
+/// portal bound to it runs, in whichever later transaction and on whichever server (the
+/// statement made there first), a run in a block that rolls back counts for nothing, and
+/// nobody is pinned. Another client, and the next one, find the defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_in_a_named_statement_is_followed() {
+    let db = "tr_named";
+    let p = start_prepared(db, 2);
+    let a = p.connect(USER, db).await;
+    let mut b = Raw::connect(p.port(), USER, db).await;
+    let default_mem = one(&a, "show work_mem").await;
+    let default_path = one(&a, "show search_path").await;
+    // Prepared under a name and run at once.
+    a.execute("SET search_path TO tr_n, public", &[])
+        .await
+        .unwrap();
+    // Prepared now, run later.
+    let set_mem = a.prepare("SET work_mem = '7MB'").await.unwrap();
+    let set_more = a.prepare("SET work_mem = '9MB'").await.unwrap();
+    assert_eq!(
+        one(&a, "show work_mem").await,
+        default_mem,
+        "parsed, not run"
+    );
+    let first = one(&a, "select pg_backend_pid()").await;
+
+    // B takes the server A used last and holds it: A's next transactions run on the other.
+    b.send(&query("begin")).await;
+    b.until_ready().await;
+    assert_eq!(raw_one(&mut b, "select pg_backend_pid()").await, first);
+    a.execute(&set_mem, &[]).await.unwrap();
+    assert_ne!(one(&a, "select pg_backend_pid()").await, first);
+    assert_eq!(one(&a, "show work_mem").await, "7MB");
+    assert_eq!(one(&a, "show search_path").await, "tr_n, public");
+    // Run in a block that rolls back: undone.
+    a.batch_execute("begin").await.unwrap();
+    a.execute(&set_more, &[]).await.unwrap();
+    a.batch_execute("rollback").await.unwrap();
+    assert_eq!(one(&a, "show work_mem").await, "7MB");
+    b.send(&query("commit")).await;
+    b.until_ready().await;
+
+    // B on the server A used last, and D on the other: the defaults.
+    let mut d = Raw::connect(p.port(), USER, db).await;
+    for c in [&mut b, &mut d] {
+        c.send(&query("begin")).await;
+        c.until_ready().await;
+        assert_eq!(raw_one(c, "show work_mem").await, default_mem);
+        assert_eq!(raw_one(c, "show search_path").await, default_path);
+    }
+    for c in [&mut b, &mut d] {
+        c.send(&query("commit")).await;
+        c.until_ready().await;
+    }
+    assert_eq!(one(&a, "show work_mem").await, "7MB");
+    let pins = metric_or_zero(
+        &scrape(&p),
+        "droidpool_session_pins_total",
+        &[("reason", "setting")],
+    );
+    assert_eq!(pins, 0.0, "nobody pinned for a setting");
+    drop(a);
+    let c = p.connect(USER, db).await;
+    assert_eq!(one(&c, "show work_mem").await, default_mem);
+    assert_eq!(one(&c, "show search_path").await, default_path);
 }
 
 /// `SET ROLE` pins (it is not replayed): the role never reaches another client.
