@@ -290,7 +290,7 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 /// One statement's answer as the client sees it: rows, command tags, or the SQLSTATE.
-async fn answer(c: &Client, sql: &str) -> String {
+pub(crate) async fn answer(c: &Client, sql: &str) -> String {
     match c.simple_query(sql).await {
         Ok(msgs) => msgs
             .iter()

@@ -19,7 +19,7 @@
 use std::fmt::Write as _;
 
 use tokio::task::block_in_place;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 use crate::core::create_db;
 use crate::support::{self, Pooler};
@@ -210,23 +210,7 @@ fn program(seed: u64, clients: usize, steps: usize, exclusive: bool) -> Vec<Step
 async fn answer(c: &Client, step: &Step) -> String {
     let code = |e: tokio_postgres::Error| format!("ERR {}", e.code().map_or("?", |c| c.code()));
     match step.via {
-        Via::Simple => match c.simple_query(&step.sql).await {
-            Ok(msgs) => msgs
-                .iter()
-                .filter_map(|m| match m {
-                    SimpleQueryMessage::Row(r) => Some(
-                        (0..r.len())
-                            .map(|i| r.get(i).unwrap_or("NULL"))
-                            .collect::<Vec<_>>()
-                            .join("|"),
-                    ),
-                    SimpleQueryMessage::CommandComplete(n) => Some(format!("#{n}")),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join(";"),
-            Err(e) => code(e),
-        },
+        Via::Simple => crate::conformance::answer(c, &step.sql).await,
         Via::Extended if step.sql.starts_with("SHOW") || step.sql.starts_with("SELECT") => {
             // Text columns only: SHOW, current_setting and set_config answer text; the
             // shaped probes are simple-protocol only (their types differ).
