@@ -615,7 +615,8 @@ impl<'a> Session<'a> {
         } else {
             self.subscribe_now(&subs).await
         };
-        self.relay.subscribed(&subs, results);
+        let srv = self.server.as_mut().map(|s| &mut s.state);
+        self.relay.subscribed(srv, &subs, results);
     }
 
     /// In a block: each `LISTEN` is made when it comes (a rollback ends it again, so the

@@ -376,9 +376,16 @@ impl Relay {
     /// Answers the `LISTEN`s/`UNLISTEN`s the driver did, as PostgreSQL does: one result per
     /// statement up to the first that failed (`Ok(new)`: the client did not listen on the
     /// channel before). Inside a block each is noted: a `LISTEN` to end if the block rolls
-    /// back, an `UNLISTEN` to count if it commits. (One the listening connection could not
-    /// make leaves the block open: no server ran it.)
-    pub fn subscribed(&mut self, subs: &[Subscribe], results: Vec<subscribe::Outcome>) {
+    /// back, an `UNLISTEN` to count if it commits. One the listening connection could not
+    /// make fails the block on `srv` (the client's server), as the statement failing
+    /// directly would: the server's transaction is failed with that error, and the server's
+    /// ReadyForQuery answers.
+    pub fn subscribed(
+        &mut self,
+        srv: Option<&mut ServerState>,
+        subs: &[Subscribe],
+        results: Vec<subscribe::Outcome>,
+    ) {
         let in_block = self.in_block();
         let later = self
             .client
@@ -405,6 +412,15 @@ impl Relay {
                 }
                 (_, Err(fields)) => {
                     self.metrics.pooler_error(&fields.code);
+                    if let Some(srv) = srv.filter(|_| in_block) {
+                        // The block fails, as the statement failing directly would fail it:
+                        // the server's transaction is failed with this error, and its
+                        // ReadyForQuery answers.
+                        self.fail_on(srv, &fields);
+                        f::sync(&mut self.sout);
+                        self.owe(srv, Owed::Client(Request::Sync));
+                        return;
+                    }
                     backend::error_response(&mut self.client.cout, &fields);
                     break;
                 }

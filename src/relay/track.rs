@@ -544,7 +544,7 @@ impl Relay {
             self.client.subscribe = Some(super::subscribe::Subscribes::of(vec![sub]));
             return true;
         }
-        self.subscribed(&[sub], vec![Ok(false)]);
+        self.subscribed(None, &[sub], vec![Ok(false)]);
         false
     }
 

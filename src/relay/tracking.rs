@@ -9,9 +9,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::error::ClientFault;
 use super::{error_fields, owe_on, subscribe, Io, Relay, StateRule};
 use crate::prepared::{self, Kept};
+use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
-use crate::protocol::{backend, sqlstate, Cursor};
+use crate::protocol::{sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
 use crate::session_state::detect::{effects, Effect};
 use crate::session_state::lex;
@@ -618,8 +619,14 @@ impl Relay {
             return;
         };
         self.metrics.pooler_error(code);
+        self.fail_on(srv, &error_fields(code, text));
+    }
+
+    /// Sends `srv` a message that fails, with `fields` put in place of the server's error,
+    /// so the server's transaction fails as it would have.
+    pub(super) fn fail_on(&mut self, srv: &mut ServerState, fields: &ErrorFields) {
         let mut error = BytesMut::new();
-        backend::error_response(&mut error, &error_fields(code, text));
+        backend::error_response(&mut error, fields);
         // A Bind of a name no client can have: `P` names are only numbered ones.
         let missing = format!("P{}_missing", self.id);
         let mut fail = BytesMut::new();

@@ -553,7 +553,7 @@ impl<'p> Sim<'p> {
                         continue;
                     }
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    cl.relay.subscribed(&subs, vec![Err(e)]);
+                    cl.relay.subscribed(None, &subs, vec![Err(e)]);
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {

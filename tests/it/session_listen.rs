@@ -883,6 +883,53 @@ async fn a_query_of_listens_that_cannot_listen_changes_nothing() {
     ok(&mut busy, "select 1").await;
 }
 
+/// A `LISTEN` in a block that the listening connection cannot make (the database's
+/// connection limit is full: the client's own server is its one connection) fails the
+/// block, as a statement failing directly does: the error with status `E`, `25P02` for what
+/// follows, and the `COMMIT` rolls back, so the block's insert is not kept. The same for
+/// pgjdbc's batch of two, answered up to its first statement's NoData before the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_that_cannot_be_made_fails_its_block() {
+    let db = "ls_block_full";
+    let pg = support::shared();
+    create_db(pg, db);
+    block_in_place(|| pg.psql_db(db, "create table kept (x int)"));
+    let yaml = format!(
+        "server:\n  connect_timeout: 500ms\npool:\n  size: 1\n  mode: transaction\n  \
+         session_state: track\n  track_prepared: true\n  query_wait_timeout: 1s\n  \
+         max_db_connections: 1\nauth:\n  user_methods:\n    {USER}: trust\n"
+    );
+    let p = block_in_place(|| Pooler::start_with_config(pg, &yaml, &[]));
+    let mut l = Raw::connect(p.port(), USER, db).await;
+    let status = |f: &[Frame]| f.last().map(|z| z.body()[0] as char);
+    for (listen, tags_seen) in [(None, "EZ"), (Some("LISTEN a; LISTEN b"), "12nEZ")] {
+        ok(&mut l, "begin; insert into kept values (1)").await;
+        let got = match listen {
+            None => l.query("LISTEN a").await,
+            Some(sql) => {
+                l.send(&jdbc_batch(sql)).await;
+                l.until_ready().await
+            }
+        };
+        assert_eq!(tags(&got), tags_seen, "{got:?}");
+        let error = got.iter().find(|f| f.tag == b'E').expect("an error");
+        assert_eq!(raw::sqlstate(error), "53300");
+        assert_eq!(status(&got), Some('E'), "the block failed");
+        let got = l.query("select 1").await;
+        assert_eq!(raw::sqlstate(&got[0]), "25P02");
+        let got = l.query("commit").await;
+        let done = got.iter().find(|f| f.tag == b'C').expect("CommandComplete");
+        assert_eq!(done.body(), b"ROLLBACK\0");
+        assert_eq!(status(&got), Some('I'));
+    }
+    let rows = block_in_place(|| pg.psql_db(db, "select count(*) from kept"));
+    assert_eq!(
+        rows.trim(),
+        "0",
+        "the failed blocks' inserts were rolled back"
+    );
+}
+
 /// The channels one client listens on through the pool's listening connection are bounded
 /// (`listen::MAX_CHANNELS`), so that its list, and the pool's subscriptions for it, are not
 /// sized by what it sends: one more `LISTEN` is refused with `54000` and changes nothing,
