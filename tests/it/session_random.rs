@@ -328,22 +328,11 @@ fn extended(step: &Step, name: &str) -> Vec<Vec<u8>> {
 
 /// The columns of a DataRow, as text.
 fn columns(f: &Frame) -> String {
-    let body = f.body();
-    let n = u16::from_be_bytes([body[0], body[1]]) as usize;
-    let mut at = 2;
-    let mut cols = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
-        at += 4;
-        if len < 0 {
-            cols.push("NULL".to_string());
-        } else {
-            let end = at + len as usize;
-            cols.push(String::from_utf8_lossy(&body[at..end]).into_owned());
-            at = end;
-        }
-    }
-    cols.join("|")
+    let cols = droid_pool::protocol::backend::parse_data_row(f.body()).expect("a DataRow");
+    cols.iter()
+        .map(|c| c.map_or_else(|| "NULL".into(), String::from_utf8_lossy))
+        .collect::<Vec<_>>()
+        .join("|")
 }
 
 /// The answer as the client sees it: each message, with rows' values, command tags,
