@@ -3,6 +3,7 @@
 //! KILL, and held by PAUSE), checking a server idle past `server.check_delay`, then bringing
 //! its session settings in line with the client's before the client's first message.
 
+use std::num::NonZeroI32;
 use std::time::Instant;
 
 use super::error::ClientError;
@@ -16,6 +17,8 @@ use crate::server::Server;
 /// What [`Session::acquire_now`] leaves for the waiting path.
 pub(super) struct Taken {
     pub(super) started: Instant,
+    /// The pid of a server the message in front signals: not to be taken for it.
+    pub(super) spare: Option<NonZeroI32>,
     /// A server taken at once that still needs a sync.
     pub(super) conn: Option<Server>,
 }
@@ -26,15 +29,16 @@ impl Session<'_> {
     /// The common case without a future: an idle server that already has this client's
     /// settings, taken at once. Otherwise hands [`Session::acquire`] what it needs: the
     /// clock read, and the server taken if it only needs a sync.
-    pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
+    pub(super) fn acquire_now(&mut self, spare: Option<NonZeroI32>) -> Result<(), Taken> {
         let started = Instant::now();
         if self.shared.lifecycle.is_paused_for(self.pool.database()) {
             return Err(Taken {
                 started,
+                spare,
                 conn: None,
             });
         }
-        match self.pool.try_checkout(started) {
+        match self.pool.try_checkout(started, spare) {
             // One idle past server.check_delay is checked first, on the waiting path.
             Some(conn)
                 if !conn.check_due
@@ -44,7 +48,11 @@ impl Session<'_> {
                 self.hold(conn, started);
                 Ok(())
             }
-            conn => Err(Taken { started, conn }),
+            conn => Err(Taken {
+                started,
+                spare,
+                conn,
+            }),
         }
     }
 
@@ -52,7 +60,11 @@ impl Session<'_> {
     /// be, still noticing if the client leaves meanwhile, and brings its session settings in
     /// line with the client's.
     pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
-        let Taken { started, mut conn } = taken;
+        let Taken {
+            started,
+            spare,
+            mut conn,
+        } = taken;
         loop {
             let c = match conn.take() {
                 Some(c) => c,
@@ -69,7 +81,7 @@ impl Session<'_> {
                     // A KILL stops this wait through the ticket (the pool drops the waiter, or
                     // refuses to queue it once killed): no registration of its own per wait.
                     let pool = self.pool.clone();
-                    let checkout = pool.checkout_as(since, Some(self.cancel.ticket()));
+                    let checkout = pool.checkout_as(since, Some(self.cancel.ticket()), spare);
                     tokio::pin!(checkout);
                     loop {
                         tokio::select! {

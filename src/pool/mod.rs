@@ -28,6 +28,7 @@ pub use registry::{PoolKey, Pools};
 pub use settings::{resolve, PoolSettings, Resolved, RouteSpec};
 
 use std::collections::VecDeque;
+use std::num::NonZeroI32;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -581,7 +582,9 @@ impl Pool {
 
     /// Takes a usable idle server without waiting, if there is one. `now`: the caller's clock.
     /// A server idle past `server.check_delay` comes with `check_due` set: the taker checks it.
-    pub fn try_checkout(&self, now: Instant) -> Option<Server> {
+    /// `spare`: the pid of a server not to take (`session_state::signal`): another idle one
+    /// is taken, or none.
+    pub fn try_checkout(&self, now: Instant, spare: Option<NonZeroI32>) -> Option<Server> {
         // Two fields, not a copy of all the settings: this runs for every transaction.
         let pick = {
             let s = self
@@ -592,6 +595,7 @@ impl Pool {
             IdlePick {
                 round_robin: s.round_robin,
                 check_delay: s.check_delay,
+                spare,
             }
         };
         let mut st = self.lock();
@@ -602,7 +606,7 @@ impl Pool {
     /// the tick marks those idle past a longer one (at most a tick late), which spares every
     /// checkout a clock subtraction.
     fn take_idle(&self, st: &mut PoolState, pick: IdlePick, now: Instant) -> Option<Server> {
-        while let Some(mut conn) = pop_idle(st, pick.round_robin) {
+        while let Some(mut conn) = pop_idle(st, pick) {
             if conn.is_expired(now) {
                 self.close(conn, CloseReason::Lifetime);
                 continue;
@@ -636,15 +640,19 @@ impl Pool {
     /// A waiter carries no timer of its own: the pool's deadline sweep answers it with 57014
     /// (one timer per pool instead of one registered and removed per queued transaction).
     pub async fn checkout_since(&self, since: tokio::time::Instant) -> Result<Server, PoolError> {
-        self.checkout_as(since, None).await
+        self.checkout_as(since, None, None).await
     }
 
     /// As [`Pool::checkout_since`], for the waiter `ticket` names: it sees the pool closed when
-    /// its stop flag is set before it would queue, or when it is dropped by name.
+    /// its stop flag is set before it would queue, or when it is dropped by name. `spare`: as
+    /// in [`Pool::try_checkout`]; when that server is the only idle one, a new one is opened
+    /// for this client if the pool has room, else it is taken after all (it would be taken
+    /// without a pooler's help too, by a client that shares it).
     pub async fn checkout_as(
         &self,
         since: tokio::time::Instant,
         ticket: Option<Ticket<'_>>,
+        spare: Option<NonZeroI32>,
     ) -> Result<Server, PoolError> {
         let settings = self.settings();
         let rx = {
@@ -652,12 +660,19 @@ impl Pool {
             if ticket.is_some_and(|t| t.stop.load(Ordering::Acquire)) {
                 return Err(PoolError::Closed(self.inner.name.clone()));
             }
-            let pick = IdlePick {
+            let mut pick = IdlePick {
                 round_robin: settings.round_robin,
                 check_delay: settings.check_delay,
+                spare,
             };
             if let Some(conn) = self.take_idle(&mut st, pick, Instant::now()) {
                 return Ok(conn);
+            }
+            if spare.is_some() && self.inner.capacity.available() == 0 {
+                pick.spare = None;
+                if let Some(conn) = self.take_idle(&mut st, pick, Instant::now()) {
+                    return Ok(conn);
+                }
             }
             if let Some(e) = self.circuit_open(&mut st) {
                 if settings.hold_timeout.is_zero() {
@@ -904,13 +919,23 @@ fn earliest(
 struct IdlePick {
     round_robin: bool,
     check_delay: Option<Duration>,
+    /// The pid of a server not to take.
+    spare: Option<NonZeroI32>,
 }
 
-fn pop_idle(st: &mut PoolState, round_robin: bool) -> Option<Server> {
-    if round_robin {
-        st.idle.pop_front()
-    } else {
-        st.idle.pop_back()
+fn pop_idle(st: &mut PoolState, pick: IdlePick) -> Option<Server> {
+    match (pick.spare, pick.round_robin) {
+        (None, true) => st.idle.pop_front(),
+        (None, false) => st.idle.pop_back(),
+        (Some(pid), round_robin) => {
+            let other = |s: &Server| s.key.0 != pid.get();
+            let at = if round_robin {
+                st.idle.iter().position(other)
+            } else {
+                st.idle.iter().rposition(other)
+            }?;
+            st.idle.remove(at)
+        }
     }
 }
 

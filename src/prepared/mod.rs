@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::session_state::signal::Target;
+
 /// A client's statement as the pooler keeps it.
 #[derive(Debug)]
 pub struct Kept {
@@ -25,6 +27,9 @@ pub struct Kept {
     /// Its text is a lone `LISTEN` or `UNLISTEN` (`track`): run without a server where it is
     /// all its batch does, and pins the client where a server runs it.
     pub subscribes: bool,
+    /// The backend its text signals by pid (`pg_terminate_backend`), which a Bind of it is
+    /// not run on (`session_state::signal`).
+    pub signal: Option<Target>,
 }
 
 impl Kept {
@@ -72,6 +77,7 @@ impl ClientStatements {
         name: Bytes,
         needs: Option<Bytes>,
         subscribes: bool,
+        signal: Option<Target>,
         rename: impl FnOnce(u64) -> (Bytes, Bytes),
     ) -> Arc<Kept> {
         self.next_id += 1;
@@ -84,6 +90,7 @@ impl ClientStatements {
             confirmed: AtomicBool::new(false),
             needs,
             subscribes,
+            signal,
         });
         if let Some(old) = self.map.insert(name, kept.clone()) {
             self.replaced.push((id, Some(old)));
@@ -407,9 +414,13 @@ mod tests {
     use super::*;
 
     fn named(s: &mut ClientStatements, name: &str) -> Arc<Kept> {
-        s.insert(Bytes::copy_from_slice(name.as_bytes()), None, false, |id| {
-            (format!("p1_{name}_{id}").into(), Bytes::new())
-        })
+        s.insert(
+            Bytes::copy_from_slice(name.as_bytes()),
+            None,
+            false,
+            None,
+            |id| (format!("p1_{name}_{id}").into(), Bytes::new()),
+        )
     }
 
     #[test]
@@ -521,11 +532,11 @@ mod tests {
         // Parse a (made), then in one batch: an error, Close a, Parse a, Parse a: all skipped.
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"a", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"a"), None, false, rename);
+        let a = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
         c.confirm(b"a", a.id);
         let closed = c.remove(b"a").unwrap();
-        let second = c.insert(Bytes::from_static(b"a"), None, false, rename);
-        let third = c.insert(Bytes::from_static(b"a"), None, false, rename);
+        let second = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
+        let third = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
         c.restore(b"a", closed);
         c.reject(b"a", second.id);
         c.reject(b"a", third.id);
@@ -536,16 +547,16 @@ mod tests {
     fn replaced_statement_comes_back_when_its_successor_fails() {
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"p", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"p"), None, false, rename);
+        let a = c.insert(Bytes::from_static(b"p"), None, false, None, rename);
         assert_eq!(&a.server_name[..], b"p2_p");
         c.confirm(b"p", a.id);
         assert!(a.is_confirmed());
-        let b = c.insert(Bytes::from_static(b"p"), None, false, rename);
+        let b = c.insert(Bytes::from_static(b"p"), None, false, None, rename);
         assert_ne!(a.id, b.id);
         assert_eq!(c.reject(b"p", b.id).map(|k| k.id), Some(a.id));
         assert_eq!(c.get(b"p").map(|k| k.id), Some(a.id));
         let before = c.next_id();
-        let d = c.insert(Bytes::from_static(b"q"), None, false, rename);
+        let d = c.insert(Bytes::from_static(b"q"), None, false, None, rename);
         c.drop_older_than(before);
         assert!(c.get(b"p").is_none());
         assert_eq!(c.get(b"q").map(|k| k.id), Some(d.id));

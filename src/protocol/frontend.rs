@@ -147,6 +147,42 @@ pub fn bind_parts(msg: &[u8]) -> Result<(&[u8], &[u8], i16), ParseError> {
     Ok((portal, stmt, c.i16()?))
 }
 
+/// A whole Bind's parameter `index` (from 0): its format code and value, or `None` when it
+/// is NULL or the Bind has no such parameter.
+pub fn bind_param(msg: &[u8], index: usize) -> Result<Option<(i16, &[u8])>, ParseError> {
+    let mut c = Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?);
+    c.cstr()?; // portal
+    c.cstr()?; // statement
+    let formats = c.i16()?;
+    if formats < 0 {
+        return Err(ParseError::Invalid("negative format count"));
+    }
+    let codes = c.take(formats as usize * 2)?;
+    let format = match formats {
+        0 => 0,
+        1 => i16::from_be_bytes([codes[0], codes[1]]),
+        _ => match codes.get(index * 2..index * 2 + 2) {
+            Some(b) => i16::from_be_bytes([b[0], b[1]]),
+            None => return Ok(None),
+        },
+    };
+    let count = c.i16()?;
+    if index >= count.max(0) as usize {
+        return Ok(None);
+    }
+    for _ in 0..index {
+        let len = c.i32()?;
+        if len > 0 {
+            c.take(len as usize)?;
+        }
+    }
+    let len = c.i32()?;
+    if len < 0 {
+        return Ok(None);
+    }
+    Ok(Some((format, c.take(len as usize)?)))
+}
+
 /// The portal an Execute runs.
 pub fn execute_portal(msg: &[u8]) -> Result<&[u8], ParseError> {
     Cursor::new(msg.get(HEADER_LEN..).ok_or(ParseError::Truncated)?).cstr()
@@ -368,6 +404,45 @@ mod tests {
         close_statement(&mut c, b"x");
         let (k, s) = describe_or_close_target(&c).unwrap();
         assert_eq!((k, s.get(&c)), (b'S', &b"x"[..]));
+    }
+
+    #[test]
+    fn bind_parameters_are_read_with_their_formats() {
+        // Formats: none (all text), one for all, one each; a NULL; past the last.
+        let bind = |formats: &[i16], values: &[Option<&[u8]>]| {
+            let mut b = BytesMut::new();
+            let at = begin(&mut b, BIND_TAG);
+            put_cstr(&mut b, b"");
+            put_cstr(&mut b, b"s");
+            b.put_i16(formats.len() as i16);
+            formats.iter().for_each(|f| b.put_i16(*f));
+            b.put_i16(values.len() as i16);
+            for v in values {
+                match v {
+                    Some(v) => {
+                        b.put_i32(v.len() as i32);
+                        b.put_slice(v);
+                    }
+                    None => b.put_i32(-1),
+                }
+            }
+            b.put_i16(0);
+            finish(&mut b, at);
+            b
+        };
+        let m = bind(&[], &[Some(b"12"), None, Some(b"x")]);
+        assert_eq!(bind_param(&m, 0).unwrap(), Some((0, &b"12"[..])));
+        assert_eq!(bind_param(&m, 1).unwrap(), None);
+        assert_eq!(bind_param(&m, 2).unwrap(), Some((0, &b"x"[..])));
+        assert_eq!(bind_param(&m, 3).unwrap(), None);
+        let m = bind(&[1], &[Some(&[0, 0, 0, 7]), Some(b"ab")]);
+        assert_eq!(bind_param(&m, 1).unwrap(), Some((1, &b"ab"[..])));
+        let m = bind(&[0, 1], &[Some(b"1"), Some(&[0, 0, 0, 7])]);
+        assert_eq!(bind_param(&m, 1).unwrap(), Some((1, &[0u8, 0, 0, 7][..])));
+        // A value longer than the message is an error, not a panic.
+        let mut cut = bind(&[], &[Some(b"1234")]);
+        cut.truncate(cut.len() - 5);
+        assert!(bind_param(&cut, 0).is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Client → server: each whole message the client sent is forwarded, rewritten, or answered
 //! by the pooler, and what the server will owe for it is queued.
 
+use std::num::NonZeroI32;
+
 use bytes::{Buf, BytesMut};
 
 use super::error::ClientFault;
@@ -8,7 +10,7 @@ use super::pass::Pass;
 use super::pin::state_refusal;
 use super::subscribe;
 use super::tracking::{DeallocateKept, ExecuteKept};
-use super::{error_fields, Io, Next, Relay, StateRule, Subscribe};
+use super::{error_fields, Io, KeptTexts, Next, Relay, StateRule, Subscribe};
 use crate::listen::Note;
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend as f;
@@ -109,7 +111,10 @@ impl Relay {
                 break;
             }
             if self.client.refused_bytes > 0 {
-                self.client.refused_bytes = self.client.refused_bytes.saturating_sub(total);
+                self.client.refused_bytes = self
+                    .client
+                    .refused_bytes
+                    .saturating_sub(u32::try_from(total).unwrap_or(u32::MAX));
                 self.drop_client(seen, total);
                 self.answer_refused(srv.as_deref_mut(), tag);
                 continue;
@@ -173,7 +178,8 @@ impl Relay {
                     return Ok(Next::Aside);
                 }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
-                    return Ok(Next::NeedServer { tag });
+                    let spare = self.spare(tag, seen, whole).and_then(NonZeroI32::new);
+                    return Ok(Next::NeedServer { tag, spare });
                 }
                 self.on_unheld(tag, seen, total, io)?;
                 continue;
@@ -184,6 +190,13 @@ impl Relay {
                     Some(false) => continue,
                     Some(true) => return Ok(Next::Aside),
                 }
+            }
+            if tag == f::BIND_TAG
+                && self.kept_texts.has(KeptTexts::SIGNALS)
+                && whole
+                && self.leave_signalled(held, seen)
+            {
+                break;
             }
             if hooked && self.policy.tracking {
                 match self.execute_kept(held, seen) {
@@ -234,6 +247,7 @@ impl Relay {
     /// and answered with `fields` (ERROR); after a simple Query a ReadyForQuery follows,
     /// otherwise the client's messages are skipped to its Sync.
     pub fn refuse(&mut self, tag: u8, fields: &ErrorFields) {
+        self.client.plain_front = 0;
         if let Some((_, len)) = frame::peek_header(&self.client.cbuf) {
             let total = len as usize + 1;
             let seen = total.min(self.client.cbuf.len());
@@ -683,9 +697,10 @@ impl Relay {
             self.batch.notified = true;
         }
         if self.policy.session_state != StateRule::Forward {
+            let front = std::mem::take(&mut self.client.plain_front);
             if tag == f::QUERY_TAG || tag == f::PARSE_TAG {
                 let whole = msg.len() == total;
-                if !self.plain_query(tag, msg, whole)
+                if !self.plain_query(tag, msg, whole, front)
                     && !self.plain_parse(srv, tag, msg, whole)
                     && self.on_state(srv, tag, msg, whole)
                 {

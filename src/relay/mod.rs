@@ -20,6 +20,7 @@ mod policy;
 mod replies;
 mod retry;
 mod settle;
+mod spare;
 pub mod subscribe;
 #[cfg(test)]
 mod tests;
@@ -83,8 +84,12 @@ pub enum Next {
     /// Everything that can be handled now is: write what is queued for either side.
     Done,
     /// The message in front (of type `tag`) needs a server: take one, [`Relay::hold`] it and
-    /// call again, or answer the pool's refusal with [`Relay::refuse`].
-    NeedServer { tag: u8 },
+    /// call again, or answer the pool's refusal with [`Relay::refuse`]. `spare`: the pid of a
+    /// backend the message signals (`pg_terminate_backend`), not to be taken for it.
+    NeedServer {
+        tag: u8,
+        spare: Option<std::num::NonZeroI32>,
+    },
     /// Enough is queued for the server: write it (reading the server meanwhile) and call
     /// again.
     FlushServer,
@@ -115,7 +120,7 @@ struct ClientSide {
     skipping: bool,
     /// Statement mode refused a transaction block: client bytes received before the refusal
     /// (the rest of that block) are answered with 25P02 instead of being run.
-    refused_bytes: usize,
+    refused_bytes: u32,
     /// The session settings this client expects (what it was told, plus its own SETs).
     params: ClientParams,
     /// The session state it created on its server, which keeps it there (`pin.reason`).
@@ -129,6 +134,32 @@ struct ClientSide {
     /// It listens through the pool's listening connection (its texts are checked for a
     /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
     listening: bool,
+    /// The size of the Query in front when it was found to make no session state as a server
+    /// was asked for it ([`Relay::spare`]): its first handling does not read it again (0:
+    /// none).
+    plain_front: u16,
+}
+
+/// What a client's kept statements hold that a Bind in front is checked for: a byte of
+/// flags, so the idle client task stays in its allocation class.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeptTexts(u8);
+
+impl KeptTexts {
+    /// A lone `LISTEN`/`UNLISTEN`: a Bind in front is checked for a batch the pool's
+    /// listening connection serves.
+    const SUBSCRIBES: u8 = 1;
+    /// A signal of a backend by pid: a Bind in front is checked for the pid to spare
+    /// ([`Relay::spare`]).
+    const SIGNALS: u8 = 2;
+
+    fn has(self, kind: u8) -> bool {
+        self.0 & kind != 0
+    }
+
+    fn add(&mut self, kind: u8) {
+        self.0 |= kind;
+    }
 }
 
 /// The batch in flight on the held server.
@@ -192,9 +223,8 @@ pub struct Relay {
     /// Kept statements already counted in the gauge (at most
     /// `pool.max_client_prepared_statements`; 32 bits keep the idle client task small).
     kept_counted: u32,
-    /// The client keeps a statement whose text is a lone `LISTEN`/`UNLISTEN` (a Bind in
-    /// front is then checked for a batch the pool's listening connection serves).
-    subscribes: bool,
+    /// What the client's kept statements hold that a Bind in front is checked for.
+    kept_texts: KeptTexts,
     /// The client's last unnamed Parse (tracking), replayed where the client binds or
     /// describes the unnamed statement on a server it did not parse it on: a driver may parse
     /// in one transaction and bind in the next (asyncpg does for statements too long for its
@@ -244,7 +274,7 @@ impl Relay {
             clock: Clock::default(),
             marks: None,
             kept_counted: 0,
-            subscribes: false,
+            kept_texts: KeptTexts::default(),
             unnamed: None,
             metrics,
             events,

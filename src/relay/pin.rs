@@ -321,16 +321,18 @@ fn refusal(pin: Pin, track: bool) -> Option<ErrorFields> {
 
 impl Relay {
     /// The usual whole Query (a plain `SELECT`) of a client with no session state in play:
-    /// nothing for [`Relay::on_state`] to do, settled here without calling it.
+    /// nothing for [`Relay::on_state`] to do, settled here without calling it. `front`: the
+    /// size of a Query in front already found plain when a server was asked for it (0: none).
     #[inline(always)]
-    pub(super) fn plain_query(&self, tag: u8, msg: &[u8], whole: bool) -> bool {
+    pub(super) fn plain_query(&self, tag: u8, msg: &[u8], whole: bool, front: u16) -> bool {
         tag == f::QUERY_TAG
             && whole
             && self.client.log.is_none()
             && !self.client.pin.has_pending()
-            && msg
-                .get(HEADER_LEN..msg.len().saturating_sub(1))
-                .is_some_and(plainly_nothing)
+            && (front as usize == msg.len()
+                || msg
+                    .get(HEADER_LEN..msg.len().saturating_sub(1))
+                    .is_some_and(plainly_nothing))
     }
 
     /// The usual Parse (the text the server last parsed and found to make no session state,

@@ -427,6 +427,6 @@ impl Relay {
         b::ready_for_query(&mut m, b::TX_IDLE);
         self.owe(srv, Owed::Synthetic(Bytes::from(m)));
         // The rest of the block, already sent by the client, must not run outside it.
-        self.client.refused_bytes = self.client.cbuf.len();
+        self.client.refused_bytes = u32::try_from(self.client.cbuf.len()).unwrap_or(u32::MAX);
     }
 }

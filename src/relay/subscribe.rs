@@ -7,7 +7,7 @@ use std::ops::Range;
 use bytes::{Buf, BufMut, BytesMut};
 
 use super::pin::Pin;
-use super::{Relay, Subscribe};
+use super::{KeptTexts, Relay, Subscribe};
 use crate::listen::MAX_CHANNELS;
 use crate::protocol::backend::{self as b, ErrorFields};
 use crate::protocol::frame;
@@ -329,7 +329,7 @@ impl Relay {
                     .unwrap_or_default();
                 matches!(body, [0, text @ ..] if may_subscribe(text))
             }
-            f::BIND_TAG => self.subscribes,
+            f::BIND_TAG => self.kept_texts.has(KeptTexts::SUBSCRIBES),
             _ => false,
         }
     }
@@ -363,7 +363,7 @@ impl Relay {
             kept.clear();
             kept.extend_from_slice(&self.client.cbuf[span]);
             self.batch.unnamed_here = false;
-            self.subscribes = true;
+            self.kept_texts.add(KeptTexts::SUBSCRIBES);
         }
         self.client.cbuf.advance(batch.len);
         self.client.subscribe = Some(Box::new(Subscribes {

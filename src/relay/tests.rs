@@ -64,7 +64,8 @@ fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
     assert_eq!(
         r.on_client(None, &mut wire).unwrap(),
         Next::NeedServer {
-            tag: frontend::QUERY_TAG
+            tag: frontend::QUERY_TAG,
+            spare: None
         }
     );
     r.hold(srv, None, Instant::now());
@@ -170,4 +171,79 @@ fn an_idle_client_keeps_no_login_buffer() {
         r.client_pending() > 0,
         "bytes sent behind the startup packet are kept"
     );
+}
+
+/// The backend a transaction's first message signals by pid is named to the driver as the
+/// server not to take, in each form a driver sends it; a plain query names none, and its
+/// verdict is not read again once a server is held.
+#[test]
+fn a_signalled_backend_is_named_as_the_server_to_spare() {
+    use crate::config::SessionState;
+    let first = |msgs: &[BytesMut]| {
+        let policy = Policy::new(
+            &Config::default(),
+            PoolMode::Transaction,
+            SessionState::Track,
+        );
+        let mut r = Relay::new(
+            1,
+            ClientParams::default(),
+            policy,
+            BytesMut::new(),
+            std::sync::Arc::new(Metrics::new()),
+            Events::new(EventLevel::Off),
+        );
+        for m in msgs {
+            r.client_in().extend_from_slice(m);
+        }
+        let mut wire = Wire {
+            received: BytesMut::new(),
+        };
+        r.on_client(None, &mut wire).unwrap()
+    };
+    let spare = |next: Next| match next {
+        Next::NeedServer { spare, .. } => spare.map(|p| p.get()),
+        other => panic!("{other:?}"),
+    };
+    let q = |sql: &str| {
+        let mut b = BytesMut::new();
+        frontend::query(&mut b, sql);
+        b
+    };
+    assert_eq!(
+        spare(first(&[q("select pg_terminate_backend(4242)")])),
+        Some(4242)
+    );
+    assert_eq!(spare(first(&[q("select pg_cancel_backend($1)")])), None);
+    assert_eq!(spare(first(&[q("select 1")])), None);
+    assert_eq!(
+        spare(first(&[q("select '(pg_terminate_backend(4242))'")])),
+        None
+    );
+    // An unnamed Parse whose Bind carries the pid.
+    let mut parse = BytesMut::new();
+    frontend::parse(&mut parse, b"", "select pg_terminate_backend($1::int)");
+    let mut bind = BytesMut::new();
+    let at = crate::protocol::frame::begin(&mut bind, frontend::BIND_TAG);
+    bind.extend_from_slice(b"\0\0\0\0\0\x01\0\0\0\x044242\0\0");
+    crate::protocol::frame::finish(&mut bind, at);
+    assert_eq!(spare(first(&[parse.clone(), bind.clone()])), Some(4242));
+    // Without its Bind in the buffer, nothing to read the pid from.
+    assert_eq!(spare(first(&[parse])), None);
+    // A named Parse with its Bind in the same batch (pgjdbc past its prepare threshold);
+    // a Bind of another statement carries no pid of this one.
+    let bind_to = |stmt: &[u8]| {
+        let mut b = BytesMut::new();
+        let at = crate::protocol::frame::begin(&mut b, frontend::BIND_TAG);
+        b.extend_from_slice(b"\0");
+        b.extend_from_slice(stmt);
+        b.extend_from_slice(b"\0\0\0\0\x01\0\0\0\x044242\0\0");
+        crate::protocol::frame::finish(&mut b, at);
+        b
+    };
+    let mut named = BytesMut::new();
+    frontend::parse(&mut named, b"S_1", "select pg_terminate_backend($1)");
+    assert_eq!(spare(first(&[named.clone(), bind_to(b"S_1")])), Some(4242));
+    assert_eq!(spare(first(&[named, bind_to(b"S_2")])), None);
+    assert_eq!(bind_to(b""), bind);
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::ClientFault;
-use super::{error_fields, owe_on, subscribe, Io, Relay, StateRule};
+use super::{error_fields, owe_on, subscribe, Io, KeptTexts, Relay, StateRule};
 use crate::prepared::{self, Kept};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::{begin, finish, HEADER_LEN};
@@ -16,6 +16,7 @@ use crate::protocol::{sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
 use crate::session_state::detect::{effects, Effect};
 use crate::session_state::lex;
+use crate::session_state::signal;
 
 const HELD: &str = "a message that needs a server is handled only while one is held";
 
@@ -447,10 +448,22 @@ impl Relay {
         let subscribes = self.policy.track_settings
             && self.policy.session_state == StateRule::Pin
             && subscribe::is_lone(msg);
-        self.subscribes |= subscribes;
+        if subscribes {
+            self.kept_texts.add(KeptTexts::SUBSCRIBES);
+        }
+        let signal = (self.policy.session_state != StateRule::Forward)
+            .then(|| {
+                f::parse_parts(msg)
+                    .ok()
+                    .and_then(|(_, sql, _)| signal::target(sql))
+            })
+            .flatten();
+        if signal.is_some() {
+            self.kept_texts.add(KeptTexts::SIGNALS);
+        }
         let kept = self
             .statements
-            .insert(name.clone(), needs, subscribes, |id| {
+            .insert(name.clone(), needs, subscribes, signal, |id| {
                 let server_name =
                     same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
                 let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
@@ -549,7 +562,7 @@ impl Relay {
             return None;
         };
         let srv = srv.expect(HELD);
-        if self.subscribes {
+        if self.kept_texts.has(KeptTexts::SUBSCRIBES) {
             // A `LISTEN` the pool's listening connection served, run by a server now.
             self.pin_if_listens(srv.id, &parse);
         }

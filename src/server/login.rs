@@ -81,7 +81,10 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
                 let (k, v) = backend::parse_parameter_status(f.body())?;
                 conn.set_param(k, v);
             }
-            backend::BACKEND_KEY_DATA_TAG => conn.key = backend::parse_backend_key(f.body())?,
+            backend::BACKEND_KEY_DATA_TAG => {
+                conn.key = backend::parse_backend_key(f.body())?;
+                conn.state.pid = conn.key.0;
+            }
             backend::READY_FOR_QUERY_TAG => return Ok(conn),
             backend::ERROR_RESPONSE_TAG => {
                 return Err(ServerError::Rejected(backend::parse_error(f.body())?))

@@ -17,6 +17,8 @@ use crate::session_state::settings::Settings;
 pub struct ServerState {
     /// Number in order of successful login, from 1 (the `[POOL] server N` number).
     pub id: u64,
+    /// Its backend's process id (from BackendKeyData).
+    pub pid: i32,
     /// Bytes read from the server and not yet handled.
     pub rbuf: BytesMut,
     /// What this connection still owes, in request order.

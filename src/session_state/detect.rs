@@ -781,7 +781,7 @@ fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
 
 /// Whether `hay` holds `needle` (lower-case) in any case, found through the byte at
 /// `anchor` of it.
-fn has_word(hay: &[u8], needle: &[u8], anchor: usize) -> bool {
+pub(super) fn has_word(hay: &[u8], needle: &[u8], anchor: usize) -> bool {
     let a = needle[anchor];
     let mut from = anchor;
     while let Some(i) = hay

@@ -5,3 +5,4 @@
 pub mod detect;
 pub mod lex;
 pub mod settings;
+pub mod signal;

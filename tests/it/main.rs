@@ -20,6 +20,7 @@ mod security;
 mod server_check;
 mod session_listen;
 mod session_random;
+mod session_signal;
 mod session_state;
 mod session_track;
 mod support;
