@@ -28,17 +28,20 @@ impl Session<'_> {
     /// brings its session settings in line with the client's.
     /// The common case without a future: an idle server that already has this client's
     /// settings, taken at once. Otherwise hands [`Session::acquire`] what it needs: the
-    /// clock read, and the server taken if it only needs a sync.
-    pub(super) fn acquire_now(&mut self, spare: Option<NonZeroI32>) -> Result<(), Taken> {
+    /// clock read, and the server taken if it only needs a sync. A message that signals a
+    /// backend by pid ([`crate::relay::Relay::spare`]) takes the waiting path, which spares
+    /// that backend's server.
+    pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
         let started = Instant::now();
-        if self.shared.lifecycle.is_paused_for(self.pool.database()) {
+        let spare = self.relay.spare();
+        if spare.is_some() || self.shared.lifecycle.is_paused_for(self.pool.database()) {
             return Err(Taken {
                 started,
                 spare,
                 conn: None,
             });
         }
-        match self.pool.try_checkout(started, spare) {
+        match self.pool.try_checkout(started) {
             // One idle past server.check_delay is checked first, on the waiting path.
             Some(conn)
                 if !conn.check_due
@@ -50,7 +53,7 @@ impl Session<'_> {
             }
             conn => Err(Taken {
                 started,
-                spare,
+                spare: None,
                 conn,
             }),
         }

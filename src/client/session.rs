@@ -440,10 +440,10 @@ impl<'a> Session<'a> {
                     self.flush_client().await?;
                     return Ok(Flow::Quit);
                 }
-                Next::NeedServer { tag, spare } => {
+                Next::NeedServer { tag } => {
                     // Awaited here, not through a future of its own: most transactions wait
                     // when clients outnumber servers, and each level is polled on each wake.
-                    if let Err(taken) = self.acquire_now(spare) {
+                    if let Err(taken) = self.acquire_now() {
                         match self.acquire(taken).await {
                             Ok(()) => {}
                             Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe)?,

@@ -582,9 +582,7 @@ impl Pool {
 
     /// Takes a usable idle server without waiting, if there is one. `now`: the caller's clock.
     /// A server idle past `server.check_delay` comes with `check_due` set: the taker checks it.
-    /// `spare`: the pid of a server not to take (`session_state::signal`): another idle one
-    /// is taken, or none.
-    pub fn try_checkout(&self, now: Instant, spare: Option<NonZeroI32>) -> Option<Server> {
+    pub fn try_checkout(&self, now: Instant) -> Option<Server> {
         // Two fields, not a copy of all the settings: this runs for every transaction.
         let pick = {
             let s = self
@@ -595,7 +593,6 @@ impl Pool {
             IdlePick {
                 round_robin: s.round_robin,
                 check_delay: s.check_delay,
-                spare,
             }
         };
         let mut st = self.lock();
@@ -606,7 +603,7 @@ impl Pool {
     /// the tick marks those idle past a longer one (at most a tick late), which spares every
     /// checkout a clock subtraction.
     fn take_idle(&self, st: &mut PoolState, pick: IdlePick, now: Instant) -> Option<Server> {
-        while let Some(mut conn) = pop_idle(st, pick) {
+        while let Some(mut conn) = pop_idle(st, pick.round_robin) {
             if conn.is_expired(now) {
                 self.close(conn, CloseReason::Lifetime);
                 continue;
@@ -660,16 +657,18 @@ impl Pool {
             if ticket.is_some_and(|t| t.stop.load(Ordering::Acquire)) {
                 return Err(PoolError::Closed(self.inner.name.clone()));
             }
-            let mut pick = IdlePick {
+            let pick = IdlePick {
                 round_robin: settings.round_robin,
                 check_delay: settings.check_delay,
-                spare,
             };
-            if let Some(conn) = self.take_idle(&mut st, pick, Instant::now()) {
+            let aside = spare.and_then(|pid| set_aside(&mut st, pid));
+            let taken = self.take_idle(&mut st, pick, Instant::now());
+            let spared = aside.is_some();
+            put_back(&mut st, aside);
+            if let Some(conn) = taken {
                 return Ok(conn);
             }
-            if spare.is_some() && self.inner.capacity.available() == 0 {
-                pick.spare = None;
+            if spared && self.inner.capacity.available() == 0 {
                 if let Some(conn) = self.take_idle(&mut st, pick, Instant::now()) {
                     return Ok(conn);
                 }
@@ -919,23 +918,28 @@ fn earliest(
 struct IdlePick {
     round_robin: bool,
     check_delay: Option<Duration>,
-    /// The pid of a server not to take.
-    spare: Option<NonZeroI32>,
 }
 
-fn pop_idle(st: &mut PoolState, pick: IdlePick) -> Option<Server> {
-    match (pick.spare, pick.round_robin) {
-        (None, true) => st.idle.pop_front(),
-        (None, false) => st.idle.pop_back(),
-        (Some(pid), round_robin) => {
-            let other = |s: &Server| s.key.0 != pid.get();
-            let at = if round_robin {
-                st.idle.iter().position(other)
-            } else {
-                st.idle.iter().rposition(other)
-            }?;
-            st.idle.remove(at)
-        }
+fn pop_idle(st: &mut PoolState, round_robin: bool) -> Option<Server> {
+    if round_robin {
+        st.idle.pop_front()
+    } else {
+        st.idle.pop_back()
+    }
+}
+
+/// Takes backend `pid`'s server out of the idle list, with its place there, so a take
+/// passes it over.
+fn set_aside(st: &mut PoolState, pid: NonZeroI32) -> Option<(usize, Server)> {
+    let at = st.idle.iter().position(|s| s.key.0 == pid.get())?;
+    st.idle.remove(at).map(|s| (at, s))
+}
+
+/// Puts a server [`set_aside`] took back in its place (or the nearest one left).
+fn put_back(st: &mut PoolState, aside: Option<(usize, Server)>) {
+    if let Some((at, s)) = aside {
+        let at = at.min(st.idle.len());
+        st.idle.insert(at, s);
     }
 }
 

@@ -1,8 +1,6 @@
 //! Client → server: each whole message the client sent is forwarded, rewritten, or answered
 //! by the pooler, and what the server will owe for it is queued.
 
-use std::num::NonZeroI32;
-
 use bytes::{Buf, BytesMut};
 
 use super::error::ClientFault;
@@ -178,8 +176,10 @@ impl Relay {
                     return Ok(Next::Aside);
                 }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
-                    let spare = self.spare(tag, seen, whole).and_then(NonZeroI32::new);
-                    return Ok(Next::NeedServer { tag, spare });
+                    if tag == f::QUERY_TAG && whole {
+                        self.note_plain_front(seen);
+                    }
+                    return Ok(Next::NeedServer { tag });
                 }
                 self.on_unheld(tag, seen, total, io)?;
                 continue;

@@ -84,12 +84,9 @@ pub enum Next {
     /// Everything that can be handled now is: write what is queued for either side.
     Done,
     /// The message in front (of type `tag`) needs a server: take one, [`Relay::hold`] it and
-    /// call again, or answer the pool's refusal with [`Relay::refuse`]. `spare`: the pid of a
-    /// backend the message signals (`pg_terminate_backend`), not to be taken for it.
-    NeedServer {
-        tag: u8,
-        spare: Option<std::num::NonZeroI32>,
-    },
+    /// call again, or answer the pool's refusal with [`Relay::refuse`]. The server to take
+    /// is not the one [`Relay::spare`] names.
+    NeedServer { tag: u8 },
     /// Enough is queued for the server: write it (reading the server meanwhile) and call
     /// again.
     FlushServer,

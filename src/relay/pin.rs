@@ -325,14 +325,16 @@ impl Relay {
     /// size of a Query in front already found plain when a server was asked for it (0: none).
     #[inline(always)]
     pub(super) fn plain_query(&self, tag: u8, msg: &[u8], whole: bool, front: u16) -> bool {
+        // (What `front` notes was found with the same client state: nothing changes it
+        // between the note and this.)
         tag == f::QUERY_TAG
             && whole
-            && self.client.log.is_none()
-            && !self.client.pin.has_pending()
             && (front as usize == msg.len()
-                || msg
-                    .get(HEADER_LEN..msg.len().saturating_sub(1))
-                    .is_some_and(plainly_nothing))
+                || (self.client.log.is_none()
+                    && !self.client.pin.has_pending()
+                    && msg
+                        .get(HEADER_LEN..msg.len().saturating_sub(1))
+                        .is_some_and(plainly_nothing)))
     }
 
     /// The usual Parse (the text the server last parsed and found to make no session state,

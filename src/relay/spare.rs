@@ -2,6 +2,8 @@
 //! the pool hands a `pg_terminate_backend(pid)` is never the backend `pid` names, where the
 //! pooler can tell before anything of the transaction has run.
 
+use std::num::NonZeroI32;
+
 use super::{KeptTexts, Relay, StateRule};
 use crate::protocol::frame;
 use crate::protocol::frontend as f;
@@ -10,28 +12,51 @@ use crate::session_state::detect::plainly_nothing;
 use crate::session_state::signal::{self, Target};
 
 impl Relay {
-    /// The pid of the backend the message in front (`seen` bytes of it, `whole`) signals,
-    /// when it is the first of a transaction: the server to take for it is another. Read
-    /// where the pooler reads statements anyway (`pin`, `track`): a Query (whose verdict of
-    /// no session state is kept for its handling, [`Relay::plain_query`]), a Parse with the
-    /// Bind after it, or a Bind of a kept statement found to signal.
-    pub(super) fn spare(&mut self, tag: u8, seen: usize, whole: bool) -> Option<i32> {
-        if self.policy.session_state == StateRule::Forward || !whole {
+    /// A whole Query in front (`seen` bytes) that needs a server: when it plainly makes no
+    /// session state (so it signals nothing either), that is noted for its handling
+    /// ([`Relay::plain_query`]) and for [`Relay::spare`], so neither reads it again.
+    #[inline(always)]
+    pub(super) fn note_plain_front(&mut self, seen: usize) {
+        // (Where `plain_query` would not look, neither does this.)
+        if self.policy.session_state != StateRule::Forward
+            && self.client.log.is_none()
+            && !self.client.pin.has_pending()
+            && self
+                .client
+                .cbuf
+                .get(frame::HEADER_LEN..seen - 1)
+                .is_some_and(plainly_nothing)
+        {
+            // (A Query too long to note is read again: rare, and still right.)
+            self.client.plain_front = u16::try_from(seen).unwrap_or(0);
+        }
+    }
+
+    /// After [`super::Next::NeedServer`]: the pid of the backend the message in front
+    /// signals, which the server taken for it must not be. Read where the pooler reads
+    /// statements anyway (`pin`, `track`): a Query not noted as plain
+    /// ([`Relay::note_plain_front`]), a Parse with the Bind after it, or a Bind of a kept
+    /// statement found to signal.
+    #[inline(always)]
+    pub fn spare(&self) -> Option<NonZeroI32> {
+        if self.policy.session_state == StateRule::Forward || self.client.plain_front != 0 {
+            return None;
+        }
+        self.spare_read().and_then(NonZeroI32::new)
+    }
+
+    /// [`Relay::spare`] for a message that may signal.
+    #[inline(never)]
+    fn spare_read(&self) -> Option<i32> {
+        let (tag, len) = frame::peek_header(&self.client.cbuf)?;
+        let seen = len as usize + 1;
+        if seen > self.client.cbuf.len() {
             return None;
         }
         let cbuf = &self.client.cbuf;
         match tag {
             f::QUERY_TAG => {
                 let text = cbuf.get(frame::HEADER_LEN..seen - 1)?;
-                // (Where `plain_query` would not look, neither does this.)
-                if self.client.log.is_none()
-                    && !self.client.pin.has_pending()
-                    && plainly_nothing(text)
-                {
-                    // (A Query too long to note is read again: rare, and still right.)
-                    self.client.plain_front = u16::try_from(seen).unwrap_or(0);
-                    return None;
-                }
                 match signal::target(text)? {
                     Target::Pid(pid) => Some(pid),
                     Target::Param(_) => None,

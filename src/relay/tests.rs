@@ -64,8 +64,7 @@ fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
     assert_eq!(
         r.on_client(None, &mut wire).unwrap(),
         Next::NeedServer {
-            tag: frontend::QUERY_TAG,
-            spare: None
+            tag: frontend::QUERY_TAG
         }
     );
     r.hold(srv, None, Instant::now());
@@ -199,12 +198,11 @@ fn a_signalled_backend_is_named_as_the_server_to_spare() {
         let mut wire = Wire {
             received: BytesMut::new(),
         };
-        r.on_client(None, &mut wire).unwrap()
+        let next = r.on_client(None, &mut wire).unwrap();
+        assert!(matches!(next, Next::NeedServer { .. }), "{next:?}");
+        r
     };
-    let spare = |next: Next| match next {
-        Next::NeedServer { spare, .. } => spare.map(|p| p.get()),
-        other => panic!("{other:?}"),
-    };
+    let spare = |r: Relay| r.spare().map(|p| p.get());
     let q = |sql: &str| {
         let mut b = BytesMut::new();
         frontend::query(&mut b, sql);
