@@ -641,10 +641,10 @@ impl Pool {
     }
 
     /// As [`Pool::checkout_since`], for the waiter `ticket` names: it sees the pool closed when
-    /// its stop flag is set before it would queue, or when it is dropped by name. `spare`: as
-    /// in [`Pool::try_checkout`]; when that server is the only idle one, a new one is opened
-    /// for this client if the pool has room, else it is taken after all (it would be taken
-    /// without a pooler's help too, by a client that shares it).
+    /// its stop flag is set before it would queue, or when it is dropped by name. `spare`: the
+    /// pid of a backend whose server is not to be taken (`session_state::signal`): another idle
+    /// one is; when it is the only idle one, a new one is opened for this client if the pool
+    /// has room, else it is taken after all (as it would be without the pooler's care).
     pub async fn checkout_as(
         &self,
         since: tokio::time::Instant,
