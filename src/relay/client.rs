@@ -248,6 +248,7 @@ impl Relay {
     /// otherwise the client's messages are skipped to its Sync.
     pub fn refuse(&mut self, tag: u8, fields: &ErrorFields) {
         self.client.plain_front = 0;
+        self.kept_texts.take(KeptTexts::LEFT);
         if let Some((_, len)) = frame::peek_header(&self.client.cbuf) {
             let total = len as usize + 1;
             let seen = total.min(self.client.cbuf.len());

@@ -149,6 +149,10 @@ impl KeptTexts {
     /// A signal of a backend by pid: a Bind in front is checked for the pid to spare
     /// ([`Relay::spare`]).
     const SIGNALS: u8 = 2;
+    /// Not a kind: the Bind in front has left one server already
+    /// ([`Relay::leave_signalled`]), and runs on the next it gets (a full pool may hand the
+    /// same one back).
+    const LEFT: u8 = 4;
 
     fn has(self, kind: u8) -> bool {
         self.0 & kind != 0
@@ -156,6 +160,13 @@ impl KeptTexts {
 
     fn add(&mut self, kind: u8) {
         self.0 |= kind;
+    }
+
+    /// Clears `kind`; returns whether it was set.
+    fn take(&mut self, kind: u8) -> bool {
+        let was = self.has(kind);
+        self.0 &= !kind;
+        was
     }
 }
 

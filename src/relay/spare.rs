@@ -101,14 +101,17 @@ impl Relay {
     /// go (a Sync of the pooler's own, its ReadyForQuery swallowed), and the Bind, left in
     /// front, then takes another one, sparing this ([`Relay::spare`]). Returns whether it
     /// was.
+    /// Once only: a full pool may hand the same server back, and the Bind then runs there.
     pub(super) fn leave_signalled(&mut self, held: &mut ServerState, seen: usize) -> bool {
-        if !(self.batch.clean && self.may_release() && held.replies.is_empty())
+        if self.kept_texts.take(KeptTexts::LEFT)
+            || !(self.batch.clean && self.may_release() && held.replies.is_empty())
             || self.bound_signal(&self.client.cbuf[..seen]) != Some(held.pid)
         {
             return false;
         }
         f::sync(&mut self.sout);
         self.owe(held, Owed::Internal);
+        self.kept_texts.add(KeptTexts::LEFT);
         true
     }
 

@@ -15,7 +15,9 @@ use crate::core::create_db;
 use crate::session_state::one;
 use droid_pool::protocol::frame::Frame;
 
-use crate::support::raw::{batch, bind, describe, execute, flush, parse, sync, tags, Raw};
+use crate::support::raw::{
+    batch, bind, describe, execute, flush, parse, sqlstate, sync, tags, Raw,
+};
 use crate::support::{self, Pooler};
 
 const USER: &str = "droid";
@@ -201,4 +203,41 @@ fn signalled(frames: &[Frame], want: &str) -> (String, String) {
     let cols = droid_pool::protocol::backend::parse_data_row(row.body()).expect("a DataRow");
     let text = |i: usize| String::from_utf8_lossy(cols[i].expect("not NULL")).into_owned();
     (text(0)[..1].to_owned(), text(1))
+}
+
+/// asyncpg's order with no room for another server: the Bind leaves the target once, gets it
+/// back (the only server), and runs there, ending it (`57P01`), rather than leaving again
+/// and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_gives_the_target_back_once() {
+    let db = "sig_full_flush";
+    let p = start(db, 1);
+    let a = p.connect(USER, db).await;
+    let target = one(&a, "select pg_backend_pid()").await;
+    let mut b = Raw::connect(p.port(), USER, db).await;
+    b.send(&batch(&[
+        parse("s1", SIGNAL),
+        describe(b'S', "s1"),
+        flush(),
+    ]))
+    .await;
+    let described: Vec<u8> = [b.recv().await, b.recv().await, b.recv().await]
+        .iter()
+        .map(|f| f.tag)
+        .collect();
+    assert_eq!(described, b"1tT");
+    b.send(&batch(&[
+        bind("", "s1", &[Some(&target)]),
+        execute(""),
+        sync(),
+    ]))
+    .await;
+    let frames = b
+        .until_eof(10)
+        .await
+        .expect("an answer and a close, not a loop");
+    let fatal = frames.iter().find(|f| f.tag == b'E').expect("an error");
+    assert_eq!(sqlstate(fatal), "57P01", "{frames:?}");
+    wait_gone(&target).await;
+    assert_ne!(one(&a, "select pg_backend_pid()").await, target);
 }
