@@ -149,23 +149,7 @@ async fn a_terminate_prepared_on_its_target_leaves_it_before_it_runs() {
     for _ in 0..3 {
         let mut b = Raw::connect(p.port(), USER, db).await;
         kill_from_another_client(&p, db, |pid| async move {
-            b.send(&batch(&[
-                parse("s1", SIGNAL),
-                describe(b'S', "s1"),
-                flush(),
-            ]))
-            .await;
-            let described: Vec<u8> = [b.recv().await, b.recv().await, b.recv().await]
-                .iter()
-                .map(|f| f.tag)
-                .collect();
-            assert_eq!(described, b"1tT");
-            b.send(&batch(&[
-                bind("", "s1", &[Some(&pid)]),
-                execute(""),
-                sync(),
-            ]))
-            .await;
+            prepare_then_bind(&mut b, &pid).await;
             signalled(&b.until_ready().await, "2DCZ")
         })
         .await;
@@ -189,6 +173,24 @@ async fn a_full_pool_runs_the_terminate_where_it_can() {
     assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err:?}");
     wait_gone(&target).await;
     assert_ne!(one(&a, "select pg_backend_pid()").await, target);
+}
+
+/// asyncpg's order: [`SIGNAL`] prepared as `s1` (Parse, Describe, Flush), its description
+/// read, then bound to `pid` and run (Bind, Execute, Sync); the answer is left to read.
+async fn prepare_then_bind(b: &mut Raw, pid: &str) {
+    b.send(&batch(&[
+        parse("s1", SIGNAL),
+        describe(b'S', "s1"),
+        flush(),
+    ]))
+    .await;
+    let described: Vec<u8> = [b.recv().await, b.recv().await, b.recv().await]
+        .iter()
+        .map(|f| f.tag)
+        .collect();
+    assert_eq!(described, b"1tT");
+    b.send(&batch(&[bind("", "s1", &[Some(pid)]), execute(""), sync()]))
+        .await;
 }
 
 /// The statement the extended-protocol forms send: the signal's result and the backend it
@@ -215,23 +217,7 @@ async fn a_full_pool_gives_the_target_back_once() {
     let a = p.connect(USER, db).await;
     let target = one(&a, "select pg_backend_pid()").await;
     let mut b = Raw::connect(p.port(), USER, db).await;
-    b.send(&batch(&[
-        parse("s1", SIGNAL),
-        describe(b'S', "s1"),
-        flush(),
-    ]))
-    .await;
-    let described: Vec<u8> = [b.recv().await, b.recv().await, b.recv().await]
-        .iter()
-        .map(|f| f.tag)
-        .collect();
-    assert_eq!(described, b"1tT");
-    b.send(&batch(&[
-        bind("", "s1", &[Some(&target)]),
-        execute(""),
-        sync(),
-    ]))
-    .await;
+    prepare_then_bind(&mut b, &target).await;
     let frames = b
         .until_eof(10)
         .await
