@@ -66,6 +66,13 @@ impl Events {
         ));
     }
 
+    /// A server's session cleaned before client `client` runs there (`reason`: why).
+    pub fn server_cleaned(&self, server: u64, client: u64, reason: &str) {
+        self.emit(format_args!(
+            "server {server} cleaned for client {client}: {reason}"
+        ));
+    }
+
     pub fn client_prepares(&self, client: u64, name: &[u8], server: u64) {
         let name = printable(name);
         self.emit(format_args!(

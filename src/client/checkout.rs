@@ -1,7 +1,8 @@
-//! Taking a server for a client: at once when an idle one has the client's settings and was
-//! used recently, else by waiting in the pool (still noticing the client leaving or a console
-//! KILL, and held by PAUSE), checking a server idle past `server.check_delay`, then bringing
-//! its session settings in line with the client's before the client's first message.
+//! Taking a server for a client: at once when one is idle and was used recently, else by
+//! waiting in the pool (still noticing the client leaving or a console KILL, and held by
+//! PAUSE), checking a server idle past `server.check_delay`. The relay then brings the
+//! server's session in line with the client's before the client's first message runs there
+//! (`relay::cleanup`).
 
 use std::num::NonZeroI32;
 use std::time::Instant;
@@ -19,18 +20,16 @@ pub(super) struct Taken {
     pub(super) started: Instant,
     /// The pid of a server the message in front signals: not to be taken for it.
     pub(super) spare: Option<NonZeroI32>,
-    /// A server taken at once that still needs a sync.
+    /// A server taken at once that is due for its idle check.
     pub(super) conn: Option<Server>,
 }
 
 impl Session<'_> {
-    /// Takes a server from the pool, still noticing if the client leaves meanwhile, and
-    /// brings its session settings in line with the client's.
-    /// The common case without a future: an idle server that already has this client's
-    /// settings, taken at once. Otherwise hands [`Session::acquire`] what it needs: the
-    /// clock read, and the server taken if it only needs a sync. A message that signals a
-    /// backend by pid ([`crate::relay::Relay::spare`]) takes the waiting path, which spares
-    /// that backend's server.
+    /// The common case without a future: an idle server, taken at once. Otherwise hands
+    /// [`Session::acquire`] what it needs: the clock read, and the server taken if it is due
+    /// for its idle check. A message that signals a backend by pid
+    /// ([`crate::relay::Relay::spare`]) takes the waiting path, which spares that backend's
+    /// server.
     pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
         let started = Instant::now();
         let spare = self.relay.spare();
@@ -43,10 +42,7 @@ impl Session<'_> {
         }
         match self.pool.try_checkout(started) {
             // One idle past server.check_delay is checked first, on the waiting path.
-            Some(conn)
-                if !conn.check_due
-                    && conn.in_sync_with(self.relay.params(), self.relay.settings()) =>
-            {
+            Some(conn) if !conn.check_due => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 Ok(())
@@ -60,8 +56,7 @@ impl Session<'_> {
     }
 
     /// Takes a server from the pool (or finishes with the one `taken` holds), waiting if need
-    /// be, still noticing if the client leaves meanwhile, and brings its session settings in
-    /// line with the client's.
+    /// be, still noticing if the client leaves meanwhile.
     pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
         let Taken {
             started,
@@ -106,15 +101,16 @@ impl Session<'_> {
                     }
                 }
             };
-            // The common case after a wait, without entering the check's or the sync's future.
-            if !c.check_due && c.in_sync_with(self.relay.params(), self.relay.settings()) {
+            // The common case after a wait, without entering the check's future.
+            if !c.check_due {
                 self.hold_taken(c, started);
                 return Ok(());
             }
             // One that fails its check is closed: the next idle server, or a new login. Boxed:
-            // both are large futures, and neither is due on most waits.
+            // a large future, not due on most waits.
             if let Some(c) = Box::pin(self.checked(c)).await? {
-                return Box::pin(self.sync_and_hold(c, started)).await;
+                self.hold_taken(c, started);
+                return Ok(());
             }
         }
     }
@@ -142,23 +138,6 @@ impl Session<'_> {
         Ok(tokio::time::Instant::now())
     }
 
-    async fn sync_and_hold(
-        &mut self,
-        mut conn: Server,
-        started: Instant,
-    ) -> Result<(), ClientError> {
-        if let Err(e) = self.sync_settings(&mut conn).await {
-            match e {
-                ClientError::Rejected(_) => self.pool.checkin(conn),
-                ClientError::Gone => self.pool.discard(conn, CloseReason::ClientEnded),
-                _ => self.pool.discard(conn, CloseReason::Broken),
-            }
-            return Err(e);
-        }
-        self.hold_taken(conn, started);
-        Ok(())
-    }
-
     /// Holds a server that was ready to use, counting the wait since `started`.
     fn hold_taken(&mut self, conn: Server, started: Instant) {
         let now = Instant::now();
@@ -174,17 +153,14 @@ impl Session<'_> {
     /// reloaded mode or setting applies from this transaction on).
     fn hold(&mut self, mut conn: Server, now: Instant) {
         // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
-        let (mode, state) = self.pool.policy_inputs();
+        let rule = self.pool.policy_inputs();
         let generation = self.shared.config.generation() as u32;
         let policy = self.relay.policy();
-        let fresh = (self.policy_generation != generation
-            || policy.mode != mode
-            || policy.session_setting != state)
-            .then(|| {
-                self.policy_generation = generation;
-                Policy::new(&self.shared.config.load(), mode, state)
-            });
-        self.relay.hold(&conn.state, fresh, now);
+        let fresh = (self.policy_generation != generation || policy.rule() != rule).then(|| {
+            self.policy_generation = generation;
+            Policy::of(&self.shared.config.load(), rule)
+        });
+        self.relay.hold(&mut conn.state, fresh, now);
         if self.relay.policy().tracking {
             self.close_orphans(&mut conn);
         }

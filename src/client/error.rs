@@ -127,7 +127,10 @@ fn pool_reply(e: &PoolError) -> (String, String, Option<String>) {
 
 impl From<ServerFault> for ClientError {
     fn from(f: ServerFault) -> Self {
-        ClientError::ServerLost(Loss::Protocol(f))
+        match f {
+            ServerFault::Rejected(fields) => ClientError::Rejected(fields),
+            f => ClientError::ServerLost(Loss::Protocol(f)),
+        }
     }
 }
 

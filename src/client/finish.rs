@@ -52,6 +52,10 @@ impl Session<'_> {
             self.pool
                 .discard(conn, close.unwrap_or(CloseReason::ClientEnded));
         } else if (self.relay.policy().mode == PoolMode::Session || pinned) && !reset.is_empty() {
+            if pinned {
+                let m = &self.shared.metrics.clients.session_resets;
+                m.with_label_values(&["leave"]).inc();
+            }
             tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
         } else if pinned {
             self.pool.discard(conn, CloseReason::ClientEnded);
@@ -70,12 +74,43 @@ async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     drop(used);
     match outcome {
         Ok(Ok(())) => {
-            // DISCARD ALL (the default) drops every prepared statement and setting.
-            conn.statements.clear();
-            conn.applied = Default::default();
-            conn.settings.clear_all();
+            // DISCARD ALL (the default) drops every prepared statement and setting; another
+            // reset query may leave what unseen work did, for the next client's clean-up.
+            let unseen = conn.unseen;
+            conn.reset_as_new();
+            if is_discard_all(&sql) {
+                conn.last_client = 0;
+            } else {
+                conn.unseen = unseen;
+            }
             pool.checkin(conn)
         }
         _ => pool.discard(conn, CloseReason::ResetFailed),
+    }
+}
+
+/// Whether a reset query is `DISCARD ALL` (any case, blanks and a final `;` aside): then the
+/// session is as new.
+fn is_discard_all(sql: &str) -> bool {
+    let words: Vec<&str> = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .collect();
+    words.len() == 2
+        && words[0].eq_ignore_ascii_case("discard")
+        && words[1].eq_ignore_ascii_case("all")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn discard_all_in_any_spelling() {
+        for sql in ["DISCARD ALL", "discard all;", "  Discard\n All ; "] {
+            assert!(super::is_discard_all(sql), "{sql}");
+        }
+        for sql in ["RESET ALL", "DISCARD ALL; SELECT 1", "DISCARD TEMP", ""] {
+            assert!(!super::is_discard_all(sql), "{sql}");
+        }
     }
 }

@@ -8,7 +8,6 @@ mod error;
 mod finish;
 mod flush;
 mod session;
-mod sync;
 mod timer;
 
 pub use error::{ClientError, Loss};

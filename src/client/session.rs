@@ -67,6 +67,10 @@ impl Io for Wire<'_> {
             .notifier(server_pid, arrived.unwrap_or_else(Instant::now))
             .unwrap_or(server_pid)
     }
+
+    fn seed(&mut self) -> f64 {
+        rand::random::<f64>() * 2.0 - 1.0
+    }
 }
 
 /// How long a listening client's ReadyForQuery waits for the pool's listening connection to
@@ -131,8 +135,7 @@ impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let generation = shared.config.generation();
         let cfg = shared.config.load();
-        let (mode, state) = login.pool.policy_inputs();
-        let policy = Policy::new(&cfg, mode, state);
+        let policy = Policy::of(&cfg, login.pool.policy_inputs());
         let relay = Relay::new(
             login.id,
             login.params,

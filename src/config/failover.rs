@@ -130,6 +130,8 @@ pub struct DatabaseConfig {
     pub mode: Option<PoolMode>,
     /// Default `pool.session_state`.
     pub session_state: Option<SessionState>,
+    /// Default `pool.reset_query_always`.
+    pub reset_query_always: Option<bool>,
 }
 
 /// What the pooler does while no host fits.

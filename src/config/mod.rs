@@ -61,6 +61,15 @@ pub enum PoolMode {
     Statement,
 }
 
+/// What a pool's transactions run under, as one checkout reads it: the pool's mode,
+/// `pool.session_state` and `pool.reset_query_always` (its alias's or user's, if set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolRule {
+    pub mode: PoolMode,
+    pub session_state: SessionState,
+    pub reset_always: bool,
+}
+
 /// What transaction pooling does with state a client leaves on its server (`pool.session_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -280,6 +289,11 @@ pub struct PoolConfig {
     /// Session state in transaction mode: `off` (forwarded as it is) or `pin` (the client
     /// keeps its server until it leaves; the server is reset before anyone else gets it).
     pub session_state: SessionState,
+    /// Transaction and statement pooling: a server that another client held is cleaned
+    /// (`DISCARD ALL`) before a client runs there, and the client's own settings brought
+    /// back, whatever its statements showed (PgBouncer's `server_reset_query_always`): for
+    /// state that code no statement names (a trigger, a rule, a view) makes.
+    pub reset_query_always: bool,
     /// Prepared statements kept per server connection before the least recently used is closed.
     pub max_prepared_statements: usize,
     /// Named statements one client may keep (tracking on); the Parse of one more new name is
@@ -474,6 +488,7 @@ impl Default for PoolConfig {
             server_round_robin: false,
             track_prepared: false,
             session_state: SessionState::Off,
+            reset_query_always: false,
             max_prepared_statements: 200,
             max_client_prepared_statements: 1000,
             max_connecting: 2,

@@ -41,6 +41,9 @@ pub struct UserConfig {
     /// Session state in this user's pools (`pool.session_state`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_state: Option<SessionState>,
+    /// `pool.reset_query_always` in this user's pools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_query_always: Option<bool>,
 }
 
 /// A pooler that cancel requests may be forwarded to.

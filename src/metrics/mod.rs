@@ -44,6 +44,9 @@ pub struct ClientMetrics {
     /// Session state the pooler brought onto a client's new server
     /// (`pool.session_state: track`), by kind (setting: one per setting replayed).
     pub session_replays: IntCounterVec,
+    /// Server sessions cleaned before a client ran there (`pool.session_state` unseen work,
+    /// `pool.reset_query_always`) or after a pinned client left, by reason.
+    pub session_resets: IntCounterVec,
     /// Notifications from a pool's listening connection, by result (queued for a client,
     /// dropped from a full queue).
     pub notifications: IntCounterVec,
@@ -184,6 +187,12 @@ impl Metrics {
                 "droidpool_session_replays_total",
                 "Session state replayed onto a client's new server, by kind.",
                 &["kind"],
+            ),
+            session_resets: counter_vec(
+                &r,
+                "droidpool_session_resets_total",
+                "Server sessions cleaned before another client ran there, by reason (opaque: work the pooler could not see into; always: pool.reset_query_always; leave: a pinned client left).",
+                &["reason"],
             ),
             notifications: counter_vec(
                 &r,

@@ -311,24 +311,28 @@ impl Pool {
 
     /// The pooling mode in force (read per transaction: no lock).
     pub fn mode(&self) -> crate::config::PoolMode {
-        self.policy_inputs().0
+        self.policy_inputs().mode
     }
 
     /// The pool's mode and `pool.session_state`, with one atomic load (every checkout).
-    pub fn policy_inputs(&self) -> (crate::config::PoolMode, crate::config::SessionState) {
-        use crate::config::{PoolMode, SessionState};
+    pub fn policy_inputs(&self) -> crate::config::PoolRule {
+        use crate::config::{PoolMode, PoolRule, SessionState};
         let b = self.inner.pool_mode.load(Ordering::Relaxed);
         let mode = match b & 0x0f {
             m if m == PoolMode::Session as u8 => PoolMode::Session,
             m if m == PoolMode::Statement as u8 => PoolMode::Statement,
             _ => PoolMode::Transaction,
         };
-        let state = match b >> 4 {
+        let state = match (b >> 4) & 0x07 {
             s if s == SessionState::Pin as u8 => SessionState::Pin,
             s if s == SessionState::Track as u8 => SessionState::Track,
             _ => SessionState::Off,
         };
-        (mode, state)
+        PoolRule {
+            mode,
+            session_state: state,
+            reset_always: b & 0x80 != 0,
+        }
     }
 
     /// The settings in force.
@@ -997,9 +1001,12 @@ impl Drop for PoolClient {
     }
 }
 
-/// The pool's mode and session-state setting packed in one byte ([`Pool::policy_inputs`]).
+/// The pool's mode (low four bits), session-state setting (the next three) and
+/// `reset_query_always` (the top bit) packed in one byte ([`Pool::policy_inputs`]).
 fn policy_byte(s: &PoolSettings) -> u8 {
-    (s.mode as u8 & 0x0f) | ((s.session_state as u8) << 4)
+    (s.mode as u8 & 0x0f)
+        | ((s.session_state as u8 & 0x07) << 4)
+        | (u8::from(s.reset_query_always) << 7)
 }
 
 /// Says goodbye to a server politely; it is closed either way when dropped.

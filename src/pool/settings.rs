@@ -25,6 +25,8 @@ pub struct PoolSettings {
     pub mode: PoolMode,
     /// What transaction pooling does with session state (`pool.session_state`).
     pub session_state: SessionState,
+    /// `pool.reset_query_always`.
+    pub reset_query_always: bool,
     /// How long a transaction waits while no host fits (0: refused at once); never longer
     /// than `query_wait_timeout`.
     pub hold_timeout: Duration,
@@ -51,6 +53,7 @@ impl PoolSettings {
             lifetime_jitter: cfg.server.lifetime_jitter,
             mode: cfg.pool.mode,
             session_state: cfg.pool.session_state,
+            reset_query_always: cfg.pool.reset_query_always,
             hold_timeout: if wait.is_zero() { hold } else { hold.min(wait) },
             reserve_size: cfg.pool.reserve_size,
             reserve_timeout: cfg.pool.reserve_timeout,
@@ -103,11 +106,13 @@ pub fn resolve(cfg: &Config, key: &PoolKey) -> Resolved {
         settings.size = a.pool_size.unwrap_or(settings.size);
         settings.mode = a.mode.unwrap_or(settings.mode);
         settings.session_state = a.session_state.unwrap_or(settings.session_state);
+        settings.reset_query_always = a.reset_query_always.unwrap_or(settings.reset_query_always);
     }
     if let Some(u) = cfg.users.get(&key.user) {
         settings.size = u.pool_size.unwrap_or(settings.size);
         settings.mode = u.mode.unwrap_or(settings.mode);
         settings.session_state = u.session_state.unwrap_or(settings.session_state);
+        settings.reset_query_always = u.reset_query_always.unwrap_or(settings.reset_query_always);
     }
     let s = &cfg.server;
     let route = RouteSpec {
@@ -199,6 +204,7 @@ mod tests {
                 mode: Some(PoolMode::Statement),
                 max_user_connections: None,
                 session_state: Some(SessionState::Pin),
+                reset_query_always: Some(true),
             },
         );
         let user_first = resolve(&with_user, &key("app_ro"));

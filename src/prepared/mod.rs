@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::session_state::detect::Unseen;
 use crate::session_state::signal::Target;
 
 /// A client's statement as the pooler keeps it.
@@ -30,6 +31,9 @@ pub struct Kept {
     /// The backend its text signals by pid (`pg_terminate_backend`), which a Bind of it is
     /// not run on (`session_state::signal`).
     pub signal: Option<Target>,
+    /// What its text may leave on a server that the pooler cannot see into: a server a Bind
+    /// of it runs on is cleaned before another client runs there.
+    pub unseen: Option<Unseen>,
 }
 
 impl Kept {
@@ -78,6 +82,7 @@ impl ClientStatements {
         needs: Option<Bytes>,
         subscribes: bool,
         signal: Option<Target>,
+        unseen: Option<Unseen>,
         rename: impl FnOnce(u64) -> (Bytes, Bytes),
     ) -> Arc<Kept> {
         self.next_id += 1;
@@ -91,6 +96,7 @@ impl ClientStatements {
             needs,
             subscribes,
             signal,
+            unseen,
         });
         if let Some(old) = self.map.insert(name, kept.clone()) {
             self.replaced.push((id, Some(old)));
@@ -419,6 +425,7 @@ mod tests {
             None,
             false,
             None,
+            None,
             |id| (format!("p1_{name}_{id}").into(), Bytes::new()),
         )
     }
@@ -532,11 +539,11 @@ mod tests {
         // Parse a (made), then in one batch: an error, Close a, Parse a, Parse a: all skipped.
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"a", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
+        let a = c.insert(Bytes::from_static(b"a"), None, false, None, None, rename);
         c.confirm(b"a", a.id);
         let closed = c.remove(b"a").unwrap();
-        let second = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
-        let third = c.insert(Bytes::from_static(b"a"), None, false, None, rename);
+        let second = c.insert(Bytes::from_static(b"a"), None, false, None, None, rename);
+        let third = c.insert(Bytes::from_static(b"a"), None, false, None, None, rename);
         c.restore(b"a", closed);
         c.reject(b"a", second.id);
         c.reject(b"a", third.id);
@@ -547,16 +554,16 @@ mod tests {
     fn replaced_statement_comes_back_when_its_successor_fails() {
         let mut c = ClientStatements::default();
         let rename = |id| (server_name(2, b"p", id), Bytes::new());
-        let a = c.insert(Bytes::from_static(b"p"), None, false, None, rename);
+        let a = c.insert(Bytes::from_static(b"p"), None, false, None, None, rename);
         assert_eq!(&a.server_name[..], b"p2_p");
         c.confirm(b"p", a.id);
         assert!(a.is_confirmed());
-        let b = c.insert(Bytes::from_static(b"p"), None, false, None, rename);
+        let b = c.insert(Bytes::from_static(b"p"), None, false, None, None, rename);
         assert_ne!(a.id, b.id);
         assert_eq!(c.reject(b"p", b.id).map(|k| k.id), Some(a.id));
         assert_eq!(c.get(b"p").map(|k| k.id), Some(a.id));
         let before = c.next_id();
-        let d = c.insert(Bytes::from_static(b"q"), None, false, None, rename);
+        let d = c.insert(Bytes::from_static(b"q"), None, false, None, None, rename);
         c.drop_older_than(before);
         assert!(c.get(b"p").is_none());
         assert_eq!(c.get(b"q").map(|k| k.id), Some(d.id));

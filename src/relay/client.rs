@@ -63,10 +63,13 @@ impl Relay {
         mut srv: Option<&mut ServerState>,
         io: &mut I,
     ) -> Result<Next, ClientFault> {
-        if self.batch.server_fatal {
+        if self.batch.server_fatal || self.in_prelude() {
             // The server ended the session (its FATAL passed on): as directly, nothing the
-            // client sent after it is run or answered; the close follows.
-            return Ok(Next::Done);
+            // client sent after it is run or answered; the close follows. Or the pooler's own
+            // conversation with the server comes first, and the client's messages wait.
+            if self.batch.server_fatal || self.prelude_turn(srv.as_deref_mut(), io) {
+                return Ok(Next::Done);
+            }
         }
         loop {
             if !self.client.cpass.is_idle() {
@@ -719,7 +722,12 @@ impl Relay {
                 }
                 self.forward(srv, msg, Request::Query, total, io)
             }
-            f::FUNCTION_CALL_TAG => self.forward(srv, msg, Request::Query, total, io),
+            f::FUNCTION_CALL_TAG => {
+                if self.policy.session_state != StateRule::Forward {
+                    self.note_function_call(srv, msg);
+                }
+                self.forward(srv, msg, Request::Query, total, io)
+            }
             f::SYNC_TAG => self.forward(srv, msg, Request::Sync, total, io),
             f::COPY_DONE_TAG | f::COPY_FAIL_TAG => {
                 self.sout.extend_from_slice(msg);

@@ -41,6 +41,13 @@ pub enum ServerFault {
          holds to read it"
     )]
     TooLarge { tag: u8, total: usize, max: usize },
+    /// The clean-up of the session another client left failed (the server is closed).
+    #[error("the pooler's clean-up of the server's session failed: {0}")]
+    Cleanup(String),
+    /// The server refused the client's settings when they were brought onto it: the client
+    /// gets the server's own error, as a direct login with them would.
+    #[error("{}", .0.message)]
+    Rejected(Box<crate::protocol::backend::ErrorFields>),
 }
 
 impl From<ServerFault> for RelayError {

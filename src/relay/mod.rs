@@ -11,6 +11,7 @@
 //! the client holds; a *batch* is what the client sends up to a Sync (or a simple Query); the
 //! server *owes* a reply for each message it was sent (`server::Replies`).
 
+mod cleanup;
 mod client;
 mod direct;
 mod error;
@@ -28,6 +29,7 @@ mod timeouts;
 mod track;
 mod tracking;
 
+pub use cleanup::{sync_query, synced};
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PIN_CHECK_SQL};
 pub use policy::{Policy, StateRule};
@@ -67,6 +69,9 @@ pub trait Io {
     fn notifier(&mut self, server_pid: i32, _arrived: Option<std::time::Instant>) -> i32 {
         server_pid
     }
+    /// A random seed in [-1, 1] for a server's `setseed` after a clean-up, one the previous
+    /// client cannot know.
+    fn seed(&mut self) -> f64;
 }
 
 /// A `LISTEN` or `UNLISTEN` the pool's listening connection serves (`track`): the client
@@ -215,9 +220,6 @@ pub struct Relay {
     /// The client's number: its statements' server names (`p<id>_...`) and event lines.
     id: u64,
     policy: Policy,
-    /// Whether the configuration asks for tracking (the policy keeps what it was while the
-    /// client holds statements).
-    tracking_wanted: bool,
     client: ClientSide,
     statements: ClientStatements,
     /// Bytes for the server.
@@ -233,6 +235,11 @@ pub struct Relay {
     kept_counted: u32,
     /// What the client's kept statements hold that a Bind in front is checked for.
     kept_texts: KeptTexts,
+    /// The pooler's own conversation with the held server before the client's messages
+    /// (`cleanup`): the clean-up of another client's session, then this client's settings.
+    /// (Here rather than in `batch`: two bytes fit beside the fields above, and the idle
+    /// client task stays in its allocation class.)
+    prelude: cleanup::Prelude,
     /// The client's last unnamed Parse (tracking), replayed where the client binds or
     /// describes the unnamed statement on a server it did not parse it on: a driver may parse
     /// in one transaction and bind in the next (asyncpg does for statements too long for its
@@ -259,7 +266,6 @@ impl Relay {
         Relay {
             id,
             policy,
-            tracking_wanted: policy.tracking,
             client: ClientSide {
                 // An empty leftover still holds the login's read buffer: not kept by an idle
                 // client.
@@ -283,6 +289,7 @@ impl Relay {
             marks: None,
             kept_counted: 0,
             kept_texts: KeptTexts::default(),
+            prelude: cleanup::Prelude::Idle,
             unnamed: None,
             metrics,
             events,
@@ -372,19 +379,15 @@ impl Relay {
     /// Starts holding server `srv` taken at `now` under the `fresh` policy (`None`: the
     /// configuration is unchanged, the last one holds). A reloaded mode applies
     /// from this transaction on; tracking switches only while the client keeps no
-    /// statements, so none of its names is stranded.
-    pub fn hold(&mut self, srv: &ServerState, fresh: Option<Policy>, now: Instant) {
-        let mut policy = match fresh {
-            Some(p) => {
-                self.tracking_wanted = p.tracking;
-                p
-            }
-            None => {
-                let mut p = self.policy;
-                p.tracking = self.tracking_wanted;
-                p
-            }
-        };
+    /// statements, so none of its names is stranded. Before the client's messages run there,
+    /// the server's session is cleaned if another client's work may have left state on it
+    /// ([`ServerState::cleanup_for`]), and the client's settings are brought onto it.
+    pub fn hold(&mut self, srv: &mut ServerState, fresh: Option<Policy>, now: Instant) {
+        let mut policy = fresh.unwrap_or_else(|| {
+            let mut p = self.policy;
+            p.tracking = p.tracking_configured;
+            p
+        });
         if !self.statements.is_empty() {
             policy.tracking = self.policy.tracking;
         }
@@ -409,6 +412,14 @@ impl Relay {
         self.batch.status = backend::TX_IDLE;
         self.batch.release_due = false;
         self.batch.clean = true;
+        self.prelude = match srv.cleanup_for(self.id, policy.cleans_always()) {
+            Some(c) => cleanup::Prelude::due(c),
+            None if srv.in_sync_with(&self.client.params, self.settings()) => {
+                cleanup::Prelude::Idle
+            }
+            None => cleanup::Prelude::Sync,
+        };
+        srv.last_client = self.id;
     }
 
     /// The transaction is over and `srv` owes nothing more: it may go back to the pool now.

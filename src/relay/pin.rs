@@ -140,14 +140,24 @@ mod kind {
 }
 
 /// Asks a pinned client's server, between transactions, which of the state kinds the pooler
-/// cannot name piece by piece are left: bit 1 a temporary relation, 2 a `WITH HOLD` cursor,
-/// 4 a session advisory lock. Run after something that may have removed the last of them
+/// cannot name piece by piece are left: bit 1 a temporary object (a relation, a function, a
+/// type, an operator or a collation in the session's temporary schema: one a function made,
+/// or `CREATE FUNCTION pg_temp.f`, outlives a `DROP` of the last table), 2 a `WITH HOLD`
+/// cursor, 4 a session advisory lock. Run after something that may have removed the last of them
 /// (`CLOSE name`, `DROP`, `pg_advisory_unlock`, a rollback, an error): the server knows
 /// what a statement dropped, in a block, in a function or under a name the pooler never
 /// saw, where reading the statements could only guess.
 pub const PIN_CHECK_SQL: &str = "SELECT \
     (EXISTS (SELECT FROM pg_catalog.pg_class \
-        WHERE relnamespace = pg_catalog.pg_my_temp_schema()))::int \
+        WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
+     OR EXISTS (SELECT FROM pg_catalog.pg_proc \
+        WHERE pronamespace = pg_catalog.pg_my_temp_schema()) \
+     OR EXISTS (SELECT FROM pg_catalog.pg_type \
+        WHERE typnamespace = pg_catalog.pg_my_temp_schema()) \
+     OR EXISTS (SELECT FROM pg_catalog.pg_operator \
+        WHERE oprnamespace = pg_catalog.pg_my_temp_schema()) \
+     OR EXISTS (SELECT FROM pg_catalog.pg_collation \
+        WHERE collnamespace = pg_catalog.pg_my_temp_schema()))::int \
     + 2 * (EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable))::int \
     + 4 * (EXISTS (SELECT FROM pg_catalog.pg_locks \
         WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()))::int";
@@ -367,6 +377,7 @@ impl Relay {
         let parse = tag == f::PARSE_TAG;
         let mut found = Vec::new();
         effects(sql, &mut found);
+        self.note_unseen(srv, &found, whole);
         if parse
             && self.policy.tracking
             && self.policy.track_settings

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Config, PoolMode, SessionState};
+use crate::config::{Config, PoolMode, PoolRule, SessionState};
 
 /// What the relay does with a statement that creates session state (a setting, SQL
 /// `PREPARE`, a temp table, ...).
@@ -28,14 +28,21 @@ pub enum StateRule {
 pub struct Policy {
     pub mode: PoolMode,
     /// Named prepared statements are tracked (renamed, replayed where missing): pooled modes
-    /// with `pool.track_prepared`.
+    /// with `pool.track_prepared`. A reload that turns it off keeps it on for a client that
+    /// holds statements (none of its names is stranded).
     pub tracking: bool,
+    /// What the configuration asks for `tracking`, which the client gets once it holds no
+    /// statements.
+    pub tracking_configured: bool,
     /// What a statement that creates session state does.
     pub session_state: StateRule,
     /// The `pool.session_state` it was made from (with `mode`, what a checkout compares).
     pub session_setting: SessionState,
     /// Settings made by SQL are followed and replayed (`track`, pooled modes).
     pub track_settings: bool,
+    /// A server another client held is cleaned before this client runs there
+    /// (`pool.reset_query_always`; session mode resets at the client's end instead).
+    pub reset_always: bool,
     /// `pool.max_prepared_statements`, `pool.max_client_prepared_statements`,
     /// `client.max_message_size`, `client.buffer_size` (see the accessors).
     limits: [u32; 4],
@@ -54,12 +61,22 @@ fn millis(d: Duration) -> u32 {
 }
 
 impl Policy {
-    /// The policy for a pool in `mode` with `pool.session_state` `state` under `cfg`.
+    /// The policy for a pool whose transactions run under `rule` with `cfg`.
+    pub fn of(cfg: &Config, rule: PoolRule) -> Policy {
+        let mut p = Policy::new(cfg, rule.mode, rule.session_state);
+        p.reset_always = rule.reset_always;
+        p
+    }
+
+    /// The policy for a pool in `mode` with `pool.session_state` `state` under `cfg` (and
+    /// `pool.reset_query_always` as the `pool:` section sets it).
     pub fn new(cfg: &Config, mode: PoolMode, state: SessionState) -> Policy {
         let p = &cfg.pool;
         Policy {
+            reset_always: p.reset_query_always,
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
+            tracking_configured: p.track_prepared && mode != PoolMode::Session,
             session_setting: state,
             track_settings: state == SessionState::Track && mode != PoolMode::Session,
             session_state: match (state, mode) {
@@ -128,6 +145,20 @@ impl Policy {
     pub fn client_idle_timeout(&self) -> Option<Duration> {
         let ms = self.timeouts_ms[3];
         (ms != 0).then(|| Duration::from_millis(ms.into()))
+    }
+
+    /// What a checkout compares with the pool's rule now: a change makes the policy again.
+    pub fn rule(&self) -> PoolRule {
+        PoolRule {
+            mode: self.mode,
+            session_state: self.session_setting,
+            reset_always: self.reset_always,
+        }
+    }
+
+    /// Whether every handoff of a server to another client cleans it.
+    pub fn cleans_always(&self) -> bool {
+        self.reset_always && !self.is_session()
     }
 
     pub fn is_session(&self) -> bool {

@@ -292,8 +292,12 @@ impl Relay {
             b::PARAMETER_STATUS_TAG => {
                 let (k, v) = b::parse_parameter_status(body())?;
                 srv.set_param(k, v);
-                // The client changed it (SET): it is the client's value now.
-                self.client.params.set(k, v);
+                // The client changed it (SET), or the settings sync did (the server's
+                // spelling): it is the client's value now. What a clean-up brings back is
+                // the server's default, not the client's.
+                if !self.cleaning() {
+                    self.client.params.set(k, v);
+                }
             }
             b::READY_FOR_QUERY_TAG => {
                 self.batch.status = b::parse_ready_for_query(body())?;
@@ -312,6 +316,9 @@ impl Relay {
             _ => {}
         }
         let failed = tag == b::ERROR_RESPONSE_TAG;
+        if failed && self.in_prelude() {
+            return Err(self.prelude_error(body()));
+        }
         if failed {
             // Nothing a failed batch would have removed counts.
             self.client.pin.on_error();
@@ -391,6 +398,10 @@ impl Relay {
             }
         }
         if step.ready && srv.replies.is_empty() {
+            if self.in_prelude() {
+                self.prelude_ready(srv);
+                return;
+            }
             if self.client.log.is_some() {
                 self.settle_settings(srv);
             }

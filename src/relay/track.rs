@@ -192,6 +192,11 @@ impl Log {
         self.settings.has(Kind::Prepared, name)
     }
 
+    /// The `PREPARE` text of the client's SQL prepared statement `name`, if it holds one.
+    pub(super) fn sql_prepared_text(&self, name: &str) -> Option<&str> {
+        self.settings.sql(Kind::Prepared, name)
+    }
+
     fn new(status: u8) -> Log {
         Log {
             explicit: status != b::TX_IDLE,

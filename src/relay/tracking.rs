@@ -14,7 +14,7 @@ use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
 use crate::protocol::{sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
-use crate::session_state::detect::{effects, Effect};
+use crate::session_state::detect::{self, effects, Effect};
 use crate::session_state::lex;
 use crate::session_state::signal;
 
@@ -451,19 +451,18 @@ impl Relay {
         if subscribes {
             self.kept_texts.add(KeptTexts::SUBSCRIBES);
         }
-        let signal = (self.policy.session_state != StateRule::Forward)
-            .then(|| {
-                f::parse_parts(msg)
-                    .ok()
-                    .and_then(|(_, sql, _)| signal::target(sql))
-            })
+        // What its text does where it runs: on whichever server a later transaction binds it.
+        let text = (self.policy.session_state != StateRule::Forward)
+            .then(|| f::parse_parts(msg).ok().map(|(_, sql, _)| sql))
             .flatten();
+        let signal = text.and_then(signal::target);
         if signal.is_some() {
             self.kept_texts.add(KeptTexts::SIGNALS);
         }
+        let unseen = text.and_then(detect::unseen);
         let kept = self
             .statements
-            .insert(name.clone(), needs, subscribes, signal, |id| {
+            .insert(name.clone(), needs, subscribes, signal, unseen, |id| {
                 let server_name =
                     same_name.unwrap_or_else(|| prepared::server_name(client, &name, id));
                 let mut renamed = BytesMut::with_capacity(msg.len() + server_name.len());
@@ -519,6 +518,9 @@ impl Relay {
         if kept.subscribes && req == Request::Bind {
             self.pin_if_listens(srv.id, &kept.parse);
         }
+        if let Some(u) = kept.unseen.filter(|_| req == Request::Bind) {
+            srv.mark_unseen(u);
+        }
         let start = self.sout.len();
         if msg.len() < total {
             f::write_renamed_head(&mut self.sout, msg, span, &kept.server_name, total);
@@ -565,6 +567,15 @@ impl Relay {
         if self.kept_texts.has(KeptTexts::SUBSCRIBES) {
             // A `LISTEN` the pool's listening connection served, run by a server now.
             self.pin_if_listens(srv.id, &parse);
+        }
+        if self.policy.session_state != StateRule::Forward {
+            // Parsed in an earlier transaction, bound here: what it does is done here.
+            if let Some(u) = f::parse_parts(&parse)
+                .ok()
+                .and_then(|(_, sql, _)| detect::unseen(sql))
+            {
+                srv.mark_unseen(u);
+            }
         }
         self.sout.extend_from_slice(&parse);
         self.unnamed = Some(parse);

@@ -15,7 +15,7 @@ pub use query::{query_value, run_simple};
 pub use replies::{Owed, Replies, Request, Step};
 pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;
-pub use state::ServerState;
+pub use state::{Cleanup, CleanupReason, ServerState};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -10,7 +10,34 @@ use bytes::BytesMut;
 use super::{HostRecord, Replies};
 use crate::params::{ClientParams, Params, SettingsKey};
 use crate::prepared::ServerStatements;
+use crate::session_state::detect::Unseen;
 use crate::session_state::settings::Settings;
+
+/// Why a server's session is cleaned before a client runs there
+/// (`droidpool_session_resets_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupReason {
+    /// Another client ran work the pooler could not see into there.
+    Opaque,
+    /// `pool.reset_query_always`: another client held it.
+    Always,
+}
+
+impl CleanupReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            CleanupReason::Opaque => "opaque",
+            CleanupReason::Always => "always",
+        }
+    }
+}
+
+/// A clean-up a server needs before a client runs there: why, and how much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleanup {
+    pub reason: CleanupReason,
+    pub what: Unseen,
+}
 
 /// The protocol state of one server connection.
 #[derive(Debug, Default)]
@@ -47,6 +74,11 @@ pub struct ServerState {
     /// How far in its pool's list of departed clients' statements this connection has looked
     /// (`pool::orphans`).
     pub orphans_seen: u64,
+    /// The client that held it last (0: none since it was opened or reset).
+    pub last_client: u64,
+    /// What work the pooler could not see into may have left here since it was last
+    /// cleaned (`None`: nothing).
+    pub unseen: Option<Unseen>,
 }
 
 impl ServerState {
@@ -90,6 +122,40 @@ impl ServerState {
         if self.applied.is_empty() {
             self.in_sync = Some(client.key());
         }
+    }
+
+    /// The clean-up client `client` needs before it runs here, if any: after another client,
+    /// when that client's work could not be seen into, or always (`always`:
+    /// `pool.reset_query_always`). The client that held it last gets it back as it left it.
+    #[inline]
+    pub fn cleanup_for(&self, client: u64, always: bool) -> Option<Cleanup> {
+        if self.last_client == 0 || self.last_client == client {
+            return None;
+        }
+        if always {
+            return Some(Cleanup {
+                reason: CleanupReason::Always,
+                what: Unseen::Any,
+            });
+        }
+        self.unseen.map(|what| Cleanup {
+            reason: CleanupReason::Opaque,
+            what,
+        })
+    }
+
+    /// Notes that work the pooler cannot see into ran here.
+    #[inline]
+    pub fn mark_unseen(&mut self, what: Unseen) {
+        self.unseen = self.unseen.max(Some(what));
+    }
+
+    /// The session was reset as a new one (`DISCARD ALL`): nothing of any client's is left.
+    pub fn reset_as_new(&mut self) {
+        self.statements.clear();
+        self.applied = Params::default();
+        self.settings.clear_all();
+        self.unseen = None;
     }
 
     /// Gives back what a large message or a long pipeline grew (the read buffer, the reply

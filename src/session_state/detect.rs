@@ -8,6 +8,7 @@
 //! reads further only for the few that can matter, and a `SELECT` is scanned for the three
 //! function names that can change a session only when its text holds one of them.
 
+use super::calls;
 use super::lex::{statements, Token, Tokens};
 
 /// What a statement does, as far as the pooler must know.
@@ -55,6 +56,19 @@ pub enum Effect {
     RollbackTo { name: String },
     /// `RELEASE [SAVEPOINT] name`.
     Release { name: String },
+    /// Work the pooler cannot see into (`DO`, `CALL`, a function of the database's own):
+    /// whatever it left on the server is cleaned up before another client runs there.
+    Unseen(Unseen),
+}
+
+/// What unseen work may have left on its server, as the clean-up it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Unseen {
+    /// `nextval`/`setval`: the session's sequence values (`currval`, `lastval`), which
+    /// `DISCARD SEQUENCES` takes off.
+    Sequences,
+    /// Anything a session can hold: only `DISCARD ALL` is known to take it all off.
+    Any,
 }
 
 /// Why a client is pinned to its server.
@@ -369,6 +383,55 @@ fn identifier(mut name: String) -> String {
     name
 }
 
+/// The most that the unseen work of `sql` (a Query's or Parse's text) may have left on its
+/// server, if it does any.
+pub fn unseen(sql: &[u8]) -> Option<Unseen> {
+    let mut out = Vec::new();
+    effects(sql, &mut out);
+    unseen_in(&out)
+}
+
+/// The most that the unseen work among `found` may have left, if any.
+pub fn unseen_in(found: &[(usize, Effect)]) -> Option<Unseen> {
+    found
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Effect::Unseen(u) => Some(*u),
+            _ => None,
+        })
+        .max()
+}
+
+/// What an `EXECUTE` of SQL prepared statement `prepare` (its `PREPARE name AS ...` text)
+/// may leave on its server: the statement runs where the pooler cannot read it, so whatever
+/// it would do to the session (a setting, a lock, a call) counts as unseen work.
+pub fn unseen_by_execute(prepare: &[u8]) -> Option<Unseen> {
+    let mut t = Tokens::new(prepare);
+    let mut depth = 0u32;
+    let body = loop {
+        match t.next()? {
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => depth = depth.saturating_sub(1),
+            ref w if depth == 0 && w.is("as") => match t.next() {
+                Some(Token::Word(w)) => {
+                    break &prepare[w.as_ptr() as usize - prepare.as_ptr() as usize..];
+                }
+                _ => return Some(Unseen::Any),
+            },
+            _ => {}
+        }
+    };
+    let mut out = Vec::new();
+    statement_effects(body, &mut |e| out.push((0, e)));
+    match unseen_in(&out) {
+        Some(u) => Some(u),
+        None => out
+            .iter()
+            .any(|(_, e)| !matches!(e, Effect::Local))
+            .then_some(Unseen::Any),
+    }
+}
+
 /// How many statements `sql` holds (each answered with its own CommandComplete).
 pub fn count(sql: &[u8]) -> usize {
     statements(sql).count()
@@ -414,6 +477,9 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
     let kw: &[u8] = kw;
     match kw {
         b"select" | b"with" | b"values" => functions(stmt, emit),
+        b"do" if unlistens_if_listening(t.clone()) => emit(Effect::Unlisten { channel: None }),
+        b"do" | b"call" => emit(Effect::Unseen(Unseen::Any)),
+        b"explain" => explain(stmt, t, emit),
         b"set" => set(stmt, t, emit),
         b"reset" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::ResetAll),
@@ -451,8 +517,17 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
                 None => {}
             }
         }
-        b"create" => create(t, emit),
-        b"declare" => declare(t, emit),
+        b"create" => {
+            create(t.clone(), emit);
+            if names_temp_schema(t) {
+                emit(Effect::Pin(PinReason::TempTable));
+            }
+            calls(stmt, emit);
+        }
+        b"declare" => {
+            declare(t, emit);
+            calls(stmt, emit);
+        }
         b"close" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::Close { name: None }),
             Some(n) => emit(Effect::Close { name: name_of(&n) }),
@@ -486,7 +561,6 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             }
             None => {}
         },
-        b"do" if unlistens_if_listening(t.clone()) => emit(Effect::Unlisten { channel: None }),
         b"begin" | b"start" => emit(Effect::Begin),
         b"commit" | b"end" => emit(Effect::Commit),
         b"abort" => emit(Effect::Rollback),
@@ -517,7 +591,8 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
                 emit(Effect::Release { name });
             }
         }
-        _ => {}
+        // INSERT, UPDATE, DELETE, MERGE, COPY, ALTER, ...: what they call.
+        _ => calls(stmt, emit),
     }
 }
 
@@ -545,6 +620,31 @@ fn unlistens_if_listening(mut t: Tokens<'_>) -> bool {
         return false;
     };
     if !has_word(code, b"pg_listening_channels", 3) {
+        return false;
+    }
+    // Only the words of such a reset: a block that does anything else is unseen work.
+    const WORDS: &[&str] = &[
+        "begin",
+        "perform",
+        "select",
+        "from",
+        "pg_listening_channels",
+        "limit",
+        "if",
+        "exists",
+        "found",
+        "then",
+        "unlisten",
+        "end",
+        "not",
+    ];
+    let only_reset = Tokens::new(code).all(|t| match t {
+        Token::Word(_) => WORDS.iter().any(|w| t.is(w)),
+        Token::Punct(_) => true,
+        Token::Other(o) => o == b"*" || o == b";" || o.iter().all(u8::is_ascii_digit),
+        _ => false,
+    });
+    if !only_reset {
         return false;
     }
     let mut words = Tokens::new(code);
@@ -731,51 +831,99 @@ fn declare(t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
     }
 }
 
-/// The functions of a `SELECT` (or `WITH`, `VALUES`) that change a session, and `SELECT ...
-/// INTO TEMP`. Scanned only when the text names one of them.
+/// The calls of a `SELECT` (or `WITH`, `VALUES`) and its `INTO TEMP` (or `INTO
+/// pg_temp.name`). A text with no `(` and no `into` is not lexed.
 fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
-    // The functions are calls (a `(`); each word is found from one of its less common bytes
-    // and compared without case around it: a plain SELECT costs two or three `memchr`
-    // passes and no allocation.
-    let calls = memchr::memchr(b'(', stmt).is_some()
-        && (has_word(stmt, b"set_config", 3) || has_word(stmt, b"advisory", 2));
-    if !calls && !has_word(stmt, b"into", 3) {
+    let called = memchr::memchr(b'(', stmt).is_some();
+    if !called && !has_word(stmt, b"into", 3) {
         return;
     }
     let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
+    if called {
+        calls::effects_of_calls(&tokens, emit);
+    }
     for (i, tok) in tokens.iter().enumerate() {
-        // A quoted name is the function only as written in lower case.
-        let lw = match tok {
-            Token::Word(w) => w.to_ascii_lowercase(),
-            Token::Quoted(q) => q.to_vec(),
-            _ => continue,
+        if !tok.is("into") {
+            continue;
+        }
+        let (next, next2) = (tokens.get(i + 1), tokens.get(i + 2));
+        let temp = |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("temp") || t.is("temporary"));
+        let scope = |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("global") || t.is("local"));
+        if temp(next)
+            || (scope(next) && temp(next2))
+            || names_temp_schema(tokens[i + 1..].iter().copied())
+        {
+            emit(Effect::Pin(PinReason::TempTable));
+        }
+    }
+}
+
+/// The effects of what statement `stmt` calls, where it holds a `(`.
+fn calls(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+    if memchr::memchr(b'(', stmt).is_none() {
+        return;
+    }
+    let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
+    calls::effects_of_calls(&tokens, emit);
+}
+
+/// Whether the tokens begin with, or (for a `CREATE`) hold, a name in the session's
+/// temporary schema (`pg_temp.x`, `pg_temp_3.x`): an object made there is the session's,
+/// as one made with `TEMP` is.
+fn names_temp_schema<'a>(t: impl Iterator<Item = Token<'a>>) -> bool {
+    let mut last_temp = false;
+    // (`INTO` passes its tokens on from the name; `CREATE` from the word after it.)
+    for tok in t {
+        if last_temp && tok == Token::Punct(b'.') {
+            return true;
+        }
+        last_temp = match tok {
+            Token::Word(w) => is_temp_schema(&w.to_ascii_lowercase()),
+            Token::Quoted(q) => is_temp_schema(q),
+            _ => false,
         };
-        let called = tokens.get(i + 1) == Some(&Token::Punct(b'('));
-        match lw.as_slice() {
-            b"set_config" if called => set_config(&tokens[i + 2..], emit),
-            b"pg_advisory_lock"
-            | b"pg_advisory_lock_shared"
-            | b"pg_try_advisory_lock"
-            | b"pg_try_advisory_lock_shared"
-                if called =>
-            {
-                emit(Effect::Pin(PinReason::AdvisoryLock))
-            }
-            b"pg_advisory_unlock_all" if called => emit(Effect::UnlockAll),
-            b"pg_advisory_unlock" | b"pg_advisory_unlock_shared" if called => emit(Effect::Unlock),
-            b"into" if matches!(tok, Token::Word(_)) => {
-                let next = tokens.get(i + 1);
-                let next2 = tokens.get(i + 2);
-                let temp =
-                    |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("temp") || t.is("temporary"));
-                let scope =
-                    |t: Option<&Token<'_>>| t.is_some_and(|t| t.is("global") || t.is("local"));
-                if temp(next) || (scope(next) && temp(next2)) {
-                    emit(Effect::Pin(PinReason::TempTable));
-                }
+    }
+    false
+}
+
+/// `pg_temp`, or a backend's own `pg_temp_N`.
+fn is_temp_schema(name: &[u8]) -> bool {
+    name == b"pg_temp"
+        || name
+            .strip_prefix(b"pg_temp_")
+            .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+}
+
+/// `EXPLAIN [ANALYZE] [VERBOSE] [(options)] statement`: what it calls may run while it is
+/// planned (a function folded as immutable), and with `ANALYZE` the statement runs.
+fn explain(stmt: &[u8], t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+    let mut analyze = false;
+    let mut depth = 0u32;
+    let mut inner = None;
+    for tok in t {
+        match tok {
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => depth = depth.saturating_sub(1),
+            ref w if w.is("analyze") || w.is("analyse") => analyze = true,
+            ref w if depth == 0 && w.is("verbose") => {}
+            Token::Word(w) if depth == 0 => {
+                inner = Some(w.as_ptr() as usize - stmt.as_ptr() as usize);
+                break;
             }
             _ => {}
         }
+    }
+    let Some(at) = inner else {
+        return;
+    };
+    if analyze {
+        statement_effects(&stmt[at..], emit);
+    } else {
+        calls(&stmt[at..], &mut |e| {
+            if matches!(e, Effect::Unseen(_)) {
+                emit(e)
+            }
+        });
     }
 }
 
@@ -803,7 +951,7 @@ pub(super) fn has_word(hay: &[u8], needle: &[u8], anchor: usize) -> bool {
 /// `set_config(name, value, is_local)` from its arguments: literal name and value with a
 /// literal `false` are a setting; `true` is transaction-local; anything else (a parameter,
 /// an expression) cannot be read, so the client is pinned.
-fn set_config(args: &[Token<'_>], emit: &mut dyn FnMut(Effect)) {
+pub(super) fn set_config(args: &[Token<'_>], emit: &mut dyn FnMut(Effect)) {
     let lit = |t: Option<&Token<'_>>| match t {
         Some(Token::Str(s)) if s.first() == Some(&b'\'') && s.len() >= 2 => {
             Some(String::from_utf8_lossy(&s[1..s.len() - 1]).replace("''", "'"))

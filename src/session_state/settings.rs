@@ -69,6 +69,14 @@ impl Settings {
         self.0.iter().any(|e| e.kind == kind && &*e.name == name)
     }
 
+    /// The statement that makes `name` of `kind`, if it is among them.
+    pub fn sql(&self, kind: Kind, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|e| e.kind == kind && &*e.name == name)
+            .map(|e| &*e.sql)
+    }
+
     /// How many entries of `kind`.
     pub fn count(&self, kind: Kind) -> usize {
         self.0.iter().filter(|e| e.kind == kind).count()

@@ -176,6 +176,10 @@ impl Io for SimIo<'_> {
         true
     }
 
+    fn seed(&mut self) -> f64 {
+        self.rng.gen_range(-1.0..=1.0)
+    }
+
     fn offer_client(&mut self, bytes: &[u8]) -> usize {
         let n = match self.rng.gen_range(0..4) {
             0 => 0,
@@ -767,7 +771,7 @@ impl<'p> Sim<'p> {
         let policy = *self.clients[c].relay.policy();
         self.clients[c]
             .relay
-            .hold(&self.servers[s].state, Some(policy), now);
+            .hold(&mut self.servers[s].state, Some(policy), now);
         self.clients[c].server = Some(s);
         true
     }

@@ -1,5 +1,6 @@
 mod admin;
 mod badinput;
+mod builtins;
 mod codec;
 mod conformance;
 mod console;
@@ -23,6 +24,7 @@ mod session_random;
 mod session_signal;
 mod session_state;
 mod session_track;
+mod session_unseen;
 mod support;
 mod timeouts;
 

@@ -157,6 +157,11 @@ pub struct PoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
     pub session_state: Option<String>,
+    /// Clean every server connection (`DISCARD ALL`) before another client runs there, the
+    /// client's own settings brought back (`pool.reset_query_always`): for session state
+    /// that code no statement names makes (a trigger, a rule, a view). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_query_always: Option<bool>,
 }
 
 /// How long a client keeps a server connection.
@@ -256,6 +261,10 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
     pub session_state: Option<String>,
+    /// `pool.reset_query_always` in this database's pools; default
+    /// `spec.pool.resetQueryAlways`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_query_always: Option<bool>,
 }
 
 /// What the poolers do while no server host fits.

@@ -65,6 +65,9 @@ pub struct UserSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = SESSION_STATE_PATTERN))]
     pub session_state: Option<String>,
+    /// `pool.reset_query_always` in this user's pools; default `spec.pool.resetQueryAlways`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_query_always: Option<bool>,
 }
 
 /// A Secret key holding a PgBouncer users file (`"user" "SCRAM-SHA-256$..."` per line),

@@ -74,6 +74,7 @@ pub fn failover(c: &mut Config, spec: &PoolConfigSpec, facts: Facts) -> Result<(
             pool_size: d.pool_size.map(|n| n as usize),
             mode: d.mode.map(pool_mode),
             session_state: super::session_state("spec.databases.*.sessionState", &d.session_state)?,
+            reset_query_always: d.reset_query_always,
         };
         c.databases.insert(alias.clone(), db);
     }

@@ -317,6 +317,9 @@ pub fn pooler_config(spec: &PoolConfigSpec, pool_size: u32) -> Result<Config, Re
     if let Some(state) = session_state("spec.pool.sessionState", &pool_state)? {
         c.pool.session_state = state;
     }
+    if let Some(always) = spec.pool.as_ref().and_then(|p| p.reset_query_always) {
+        c.pool.reset_query_always = always;
+    }
     if let Some(n) = spec.max_client_connections {
         c.client.max_connections = n as usize;
     }

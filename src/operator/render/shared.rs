@@ -46,6 +46,7 @@ pub(super) fn limits(c: &mut Config, spec: &PoolConfigSpec) -> Result<(), Render
                 mode: u.mode.map(mode),
                 max_user_connections: n(u.max_user_connections),
                 session_state: super::session_state("spec.users.*.sessionState", &u.session_state)?,
+                reset_query_always: u.reset_query_always,
             },
         );
     }

@@ -239,7 +239,6 @@ fn look_alikes_are_not_state() {
         "select $$; create temp table t()$$",
         "-- SET x = 1\nSELECT 1",
         "/* LISTEN x; */ SELECT 1",
-        "SELECT \"SET_CONFIG\"('a', 'b', false) FROM t",
         "SELECT * FROM pg_advisory_locks",
         "SELECT into_total FROM t",
         "UPDATE t SET search_path = 'x'",
@@ -250,6 +249,12 @@ fn look_alikes_are_not_state() {
     ] {
         assert_eq!(all(sql), vec![], "{sql}");
     }
+    // A quoted name is the built-in only as written in lower case: this one is a function
+    // of the database's own.
+    assert_eq!(
+        one("SELECT \"SET_CONFIG\"('a', 'b', false) FROM t"),
+        Some(Effect::Unseen(Unseen::Any))
+    );
 }
 
 #[test]
@@ -497,16 +502,27 @@ fn a_do_block_that_unlistens_when_listening_is_unlisten_all() {
     ] {
         assert_eq!(one(yes), unlisten_all, "{yes}");
     }
-    for no in [
+    // Any other block is work the pooler cannot see into, one that also unlistens too.
+    for other in [
         "DO $$ BEGIN UNLISTEN *; END $$",
         "DO $$ BEGIN PERFORM pg_listening_channels(); UNLISTEN ch; END $$",
         "DO $$ BEGIN UNLISTEN *; PERFORM pg_listening_channels(); END $$",
         "DO $$ BEGIN PERFORM pg_listening_channels(); RAISE NOTICE 'unlisten *'; END $$",
         "DO $$ BEGIN PERFORM pg_listening_channels(); -- unlisten *\nEND $$",
         "DO 'BEGIN PERFORM pg_listening_channels(); UNLISTEN *; END'",
+        "DO $$ BEGIN PERFORM pg_listening_channels(); EXECUTE 'SET ROLE r'; UNLISTEN *; END $$",
+        "DO $$ BEGIN PERFORM pg_listening_channels(), set_config('a.b', 'c', false); UNLISTEN *; END $$",
         "DO",
-        "select 'DO $$ pg_listening_channels() unlisten * $$'",
     ] {
-        assert_eq!(one(no), None, "{no}");
+        assert_eq!(one(other), Some(Effect::Unseen(Unseen::Any)), "{other}");
     }
+    assert_eq!(
+        one("select 'DO $$ pg_listening_channels() unlisten * $$'"),
+        None
+    );
+    // asyncpg's own, as its `Connection.reset()` sends it.
+    assert_eq!(
+        one("DO $$\nBEGIN\n    PERFORM * FROM pg_listening_channels() LIMIT 1;\n    IF FOUND THEN\n        UNLISTEN *;\n    END IF;\nEND;\n$$"),
+        unlisten_all
+    );
 }
