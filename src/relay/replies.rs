@@ -308,8 +308,12 @@ impl Relay {
                     }
                 }
             }
+            // (The pooler's own clean-up drops the server's copies, not the client's
+            // statements: `cleanup` forgets those copies itself.)
             b::COMMAND_COMPLETE_TAG
-                if self.policy.tracking && prepared::drops_all_statements(body()) =>
+                if self.policy.tracking
+                    && !self.in_prelude()
+                    && prepared::drops_all_statements(body()) =>
             {
                 self.forget_dropped_statements(srv, &step);
             }

@@ -23,7 +23,7 @@ pub use report::{Report, ServerLog};
 use super::direct::{self, DirectRun};
 use super::model::{ModelDb, ModelServer};
 use super::program::{ClientProgram, End, Program, Rules};
-use crate::config::{Config, PoolMode};
+use crate::config::{Config, PoolMode, SessionState};
 use crate::events::{EventLevel, Events};
 use crate::metrics::Metrics;
 use crate::params::ClientParams;
@@ -37,6 +37,8 @@ use crate::server::ServerState;
 pub struct Setup {
     pub name: &'static str,
     pub mode: PoolMode,
+    /// `pool.session_state`.
+    pub state: SessionState,
     pub track: bool,
     pub pool_size: usize,
     pub rules: Rules,
@@ -69,6 +71,10 @@ pub struct Options {
     /// Each client's first write comes with its startup packet: the relay starts with it
     /// buffered (its `leftover`) and runs it before the client writes anything more.
     pub pipelined_startup: bool,
+    /// The pool forgets what unseen work left on a server before handing it on (the
+    /// clean-up disabled, as before `relay::cleanup`): a check that the simulation finds
+    /// the leak.
+    pub forget_unseen: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -76,6 +82,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "session",
         mode: PoolMode::Session,
+        state: SessionState::Off,
         track: false,
         pool_size: 2,
         rules: Rules::session(3).small(),
@@ -84,6 +91,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "transaction",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: false,
         pool_size: 2,
         rules: Rules::transaction(false, 3).small(),
@@ -92,6 +100,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "transaction-tracked",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
@@ -100,6 +109,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "transaction-tracked-pool-1",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: true,
         pool_size: 1,
         rules: Rules::transaction(true, 3).small(),
@@ -108,6 +118,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "statement",
         mode: PoolMode::Statement,
+        state: SessionState::Off,
         track: false,
         pool_size: 2,
         rules: Rules::statement(false, 3).small(),
@@ -116,9 +127,28 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "statement-tracked",
         mode: PoolMode::Statement,
+        state: SessionState::Off,
         track: true,
         pool_size: 2,
         rules: Rules::statement(true, 3).small(),
+        limits: Limits::DEFAULT,
+    },
+    Setup {
+        name: "transaction-unseen-track",
+        mode: PoolMode::Transaction,
+        state: SessionState::Track,
+        track: true,
+        pool_size: 1,
+        rules: Rules::transaction(true, 3).with_unseen().small(),
+        limits: Limits::DEFAULT,
+    },
+    Setup {
+        name: "transaction-unseen-pin",
+        mode: PoolMode::Transaction,
+        state: SessionState::Pin,
+        track: false,
+        pool_size: 1,
+        rules: Rules::transaction(false, 3).with_unseen().small(),
         limits: Limits::DEFAULT,
     },
 ];
@@ -250,6 +280,8 @@ pub struct Sim<'p> {
     trace: bool,
     /// What each server connection of the run was sent, and the most statements it held.
     traffic: Vec<ServerLog>,
+    /// [`Options::forget_unseen`].
+    forget_unseen: bool,
 }
 
 /// The messages in `bytes`, one line each (tag and the start of the body), for traces.
@@ -301,6 +333,7 @@ pub fn run_with(
         None => direct::run_program(program),
     };
     let mut sim = Sim::new(setup, program, expected, seed);
+    sim.forget_unseen = options.forget_unseen;
     if options.pipelined_startup {
         sim.startup_pipelined()?;
     }
@@ -325,7 +358,8 @@ impl<'p> Sim<'p> {
         }
         // Small buffers, so that large values go through the pieces path.
         cfg.client.buffer_size = 8 * 1024;
-        let policy = Policy::new(&cfg, setup.mode, cfg.pool.session_state);
+        cfg.pool.session_state = setup.state;
+        let policy = Policy::new(&cfg, setup.mode, setup.state);
         let events = Events::new(EventLevel::Off);
         let clients = program
             .clients
@@ -369,6 +403,7 @@ impl<'p> Sim<'p> {
             steps: 0,
             trace: std::env::var_os("DROID_SIM_TRACE").is_some(),
             traffic: Vec::new(),
+            forget_unseen: false,
         }
     }
 
@@ -767,6 +802,9 @@ impl<'p> Sim<'p> {
             None => return false,
         };
         self.servers[s].holder = Some(c);
+        if self.forget_unseen {
+            self.servers[s].state.unseen = None;
+        }
         let now = self.clock.base + self.clock.offset;
         let policy = *self.clients[c].relay.policy();
         self.clients[c]

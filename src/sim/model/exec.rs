@@ -253,6 +253,7 @@ impl ModelServer {
                 Some(v) => Value::Text(v.to_owned().into()),
                 None => Value::Null,
             },
+            Expr::SetSeed => Value::Void,
         }))
     }
 
@@ -337,6 +338,16 @@ impl ModelServer {
             Stmt::Reset { name: None } => {
                 self.settings_mut().reset_all();
                 "RESET".into()
+            }
+            Stmt::DoPerform(e) => {
+                self.eval(io, e, &[])?;
+                "DO".into()
+            }
+            Stmt::DiscardSequences => {
+                if self.in_transaction_block() {
+                    // (PostgreSQL allows it in a block; the pooler sends it alone.)
+                }
+                "DISCARD SEQUENCES".into()
             }
             _ => return self.run_session_utility(io, stmt),
         })

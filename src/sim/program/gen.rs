@@ -147,6 +147,12 @@ impl Builder<'_> {
 
     /// Adds a piece's messages; `true` if the write must end after it.
     fn add(&mut self, p: Piece, out: &mut Vec<Msg>) -> bool {
+        // Unseen work is client 0's, the reads of what it sets the others'.
+        if let Piece::Query(e) | Piece::Parse(_, e) = p {
+            if !vocab::allowed_for(self.rules, e.needs, self.client) {
+                return false;
+            }
+        }
         match p {
             Piece::Query(e) => {
                 out.push(Msg::Query(self.sql(e)));

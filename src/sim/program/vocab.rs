@@ -18,6 +18,14 @@ pub const SESSION: u8 = 4;
 pub const REPORTED: u8 = 8;
 /// Needs: the server may end the session with FATAL.
 pub const FATAL: u8 = 16;
+/// Needs: work the pooler cannot see into that changes a setting (client 0 only).
+pub const UNSEEN_WRITE: u8 = 32;
+/// Needs: a read of the setting unseen work changes (any client but 0, which wrote it).
+pub const UNSEEN_READ: u8 = 64;
+
+/// Client 0's unseen work, and the other clients' read of what it sets.
+const UNSEEN_DO: &str = "do $$ begin perform set_config('work_mem', '77MB', false); end $$";
+const UNSEEN_SHOW: &str = "show work_mem";
 
 /// One piece of vocabulary.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +113,8 @@ pub const QUERIES: &[Entry] = &[
     e("commit", TX, 0),
     e("rollback", TX, 0),
     e("copy {t} from stdin", 0, 0),
+    e(UNSEEN_DO, UNSEEN_WRITE, 30),
+    e(UNSEEN_SHOW, UNSEEN_READ, 30),
 ];
 
 /// Statements for Parse. Weight 0: only as part of a piece of its own.
@@ -121,6 +131,8 @@ pub const STATEMENTS: &[Entry] = &[
     e("select pg_terminate_backend(pg_backend_pid())", FATAL, 1),
     e("show application_name", REPORTED, 1),
     e("copy {t} from stdin", 0, 0),
+    e(UNSEEN_DO, UNSEEN_WRITE, 15),
+    e(UNSEEN_SHOW, UNSEEN_READ, 15),
 ];
 
 /// The COPY FROM STDIN template (a piece of its own, with its data).
@@ -134,8 +146,17 @@ pub fn allowed(rules: &Rules, needs: u8) -> bool {
         (SESSION, rules.session_state),
         (REPORTED, rules.reported_settings),
         (FATAL, rules.fatal),
+        (UNSEEN_WRITE | UNSEEN_READ, rules.unseen),
     ];
     has.iter().all(|&(bit, ok)| needs & bit == 0 || ok)
+}
+
+/// Whether the rules allow what `needs` asks for of client `c`: unseen work is client 0's,
+/// the reads of what it sets the others'.
+pub fn allowed_for(rules: &Rules, needs: u8, c: usize) -> bool {
+    allowed(rules, needs)
+        && !(needs & UNSEEN_WRITE != 0 && c != 0)
+        && !(needs & UNSEEN_READ != 0 && c == 0)
 }
 
 /// A template filled in for client `c`.

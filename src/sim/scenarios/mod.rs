@@ -24,7 +24,7 @@ mod prepared;
 use super::direct;
 use super::harness::{self, Limits, Options, Report, Setup};
 use super::program::{Program, Rules};
-use crate::config::PoolMode;
+use crate::config::{PoolMode, SessionState};
 use crate::protocol::{backend, frame};
 use bytes::BytesMut;
 use direct::DirectRun;
@@ -84,6 +84,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "session-tracked",
         mode: PoolMode::Session,
+        state: SessionState::Off,
         track: true,
         pool_size: 2,
         rules: Rules::session(3).small(),
@@ -92,6 +93,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "session-pool-1",
         mode: PoolMode::Session,
+        state: SessionState::Off,
         track: false,
         pool_size: 1,
         rules: Rules::session(3).small(),
@@ -100,6 +102,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "transaction-pool-1",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: false,
         pool_size: 1,
         rules: Rules::transaction(false, 3).small(),
@@ -108,6 +111,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "tracked-bound-4",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
@@ -119,6 +123,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "tracked-bound-1",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: true,
         pool_size: 2,
         rules: Rules::transaction(true, 3).small(),
@@ -130,6 +135,7 @@ pub const SETUPS: &[Setup] = &[
     Setup {
         name: "tracked-client-bound-3",
         mode: PoolMode::Transaction,
+        state: SessionState::Off,
         track: true,
         pool_size: 1,
         rules: Rules::transaction(true, 3).small(),
@@ -204,6 +210,7 @@ pub fn options(s: &Scenario, program: &Program) -> Options {
     Options {
         expected: Some(expected(s, program)),
         pipelined_startup: s.pipelined_startup,
+        forget_unseen: false,
     }
 }
 

@@ -41,6 +41,8 @@ pub enum Expr {
     InRecovery,
     /// `(select reset_val from pg_settings where name = '...')`, as a pooler asks a role.
     ResetVal(String),
+    /// `setseed(<fraction>)`, as a pooler's clean-up sends it: the model has no random().
+    SetSeed,
 }
 
 impl Expr {
@@ -63,6 +65,7 @@ impl Expr {
             Expr::SetConfig(..) => ("set_config", Ty::Text),
             Expr::InRecovery => ("pg_is_in_recovery", Ty::Bool),
             Expr::ResetVal(_) => ("reset_val", Ty::Text),
+            Expr::SetSeed => ("setseed", Ty::Void),
         };
         Column::computed(name, ty)
     }
@@ -139,6 +142,11 @@ pub enum Stmt {
     CreateTemp {
         table: String,
     },
+    /// `discard sequences`: the model keeps no sequence state.
+    DiscardSequences,
+    /// `do $$ begin perform <expr>; end $$`: work a pooler cannot see into (a setting made
+    /// by `set_config` in it changes the session unseen).
+    DoPerform(Expr),
     /// `do $$ begin raise <level> '<message>'; end $$`.
     Raise {
         level: Level,

@@ -107,6 +107,7 @@ pub fn statement(t: &[Tok]) -> Option<Stmt> {
             }
         }
         "discard" if p.word("all") => Stmt::DiscardAll,
+        "discard" if p.word("sequences") => Stmt::DiscardSequences,
         "listen" => Stmt::Listen {
             channel: p.ident()?,
         },
@@ -202,6 +203,16 @@ fn expr(p: &mut P) -> Option<Expr> {
             p.sym(")").then_some(Expr::SetConfig(name, value, local))?
         }
         "pg_is_in_recovery" => (p.sym("(") && p.sym(")")).then_some(Expr::InRecovery)?,
+        "setseed" => {
+            // A fraction in [-1, 1]: `-`, an integer part, `.`, the digits.
+            (p.sym("(")).then_some(())?;
+            p.sym("-");
+            p.int()?;
+            if p.sym(".") {
+                p.int()?;
+            }
+            p.sym(")").then_some(Expr::SetSeed)?
+        }
         "pg_terminate_backend" => {
             let ok = p.sym("(") && p.word("pg_backend_pid") && p.sym("(") && p.sym(")");
             (ok && p.sym(")")).then_some(Expr::TerminateSelf)?
@@ -324,7 +335,7 @@ fn create_temp(p: &mut P) -> Option<Stmt> {
     (ty && p.sym(")")).then_some(Stmt::CreateTemp { table })
 }
 
-/// `do $$ begin raise <level> '<message>'; end $$`.
+/// `do $$ begin raise <level> '<message>'; end $$`, or `do $$ begin perform <expr>; end $$`.
 fn raise(p: &mut P) -> Option<Stmt> {
     let Some(Tok::Dollar(body)) = p.peek() else {
         return None;
@@ -332,7 +343,14 @@ fn raise(p: &mut P) -> Option<Stmt> {
     let toks = super::lex::lex(body).ok()?;
     p.i += 1;
     let mut b = P { t: &toks, i: 0 };
-    (b.word("begin") && b.word("raise")).then_some(())?;
+    b.word("begin").then_some(())?;
+    if b.word("perform") {
+        let e = expr(&mut b)?;
+        (b.sym(";") && b.word("end")).then_some(())?;
+        b.sym(";");
+        return b.end().then_some(Stmt::DoPerform(e));
+    }
+    b.word("raise").then_some(())?;
     let level = match b.ident()?.as_str() {
         "notice" => Level::Notice,
         "warning" => Level::Warning,
