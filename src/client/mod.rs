@@ -170,7 +170,7 @@ fn log_refused(shared: &Shared, stream: &ClientStream, who: &login::Attempt, e: 
         user = name("user"),
         database = name("database"),
         application_name = name("application_name"),
-        code = code.as_deref().unwrap_or("none"),
+        code = %code.as_deref().unwrap_or("none"),
         reason = %Escaped::new(e),
         earlier_not_logged,
         "client login refused"
