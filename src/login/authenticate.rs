@@ -139,7 +139,7 @@ async fn credential(
         Ok(c) => c,
         Err(e) => {
             lookups.with_label_values(&["error"]).inc();
-            tracing::warn!(error = %e, "auth_query lookup: no lookup connection");
+            tracing::warn!(error = %Escaped::new(&e), "auth_query lookup: no lookup connection");
             return Err(unavailable());
         }
     };
