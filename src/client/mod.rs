@@ -18,16 +18,15 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::net::TcpStream;
+use tracing::field;
 
 use crate::admin::console;
 use crate::login::{self, Outcome};
+use crate::logs::Escaped;
 use crate::net::admission::Pending;
 use crate::net::ClientStream;
-
-use crate::logs::Escaped;
 use crate::protocol::backend;
 use crate::shared::Shared;
-use tracing::field;
 
 /// Serves one accepted connection to its end. Never panics the process: every error is
 /// answered (if the client can still hear it) and the connection closed.
