@@ -59,7 +59,7 @@ pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
     accept_loop(&listener, &shared, &tracker).await;
     drop(listener);
     // No accept loop any more: the drain's own loop proves the runtime turns.
-    spawn_beat(shared.clone(), |l| l.accept_beat());
+    spawn_beat(shared.clone(), |s| s.lifecycle.accept_beat());
     let stopped = drain(&shared, &tracker).await;
     shared.lifecycle.drain.stop();
     shared.pools.shut_down().await;
@@ -98,20 +98,24 @@ async fn warm_up(shared: &Arc<Shared>) {
     }
 }
 
-/// Proves the data plane's runtime is turning, for liveness, even with no pools yet.
+/// Proves the data plane's runtime is turning, for liveness, even with no pools yet; and says
+/// how many log lines the rate limits held back.
 fn spawn_heartbeat(shared: Arc<Shared>) {
-    spawn_beat(shared, |l| l.maintenance_beat());
+    spawn_beat(shared, |s| {
+        s.lifecycle.maintenance_beat();
+        s.flush_log_limits();
+    });
 }
 
 /// Beats once a second until the pooler stops.
-fn spawn_beat(shared: Arc<Shared>, beat: fn(&crate::lifecycle::Lifecycle)) {
+fn spawn_beat(shared: Arc<Shared>, beat: fn(&Shared)) {
     let mut shutdown = shared.lifecycle.shutdown();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = shutdown.stopped() => return,
-                _ = tick.tick() => beat(&shared.lifecycle),
+                _ = tick.tick() => beat(&shared),
             }
         }
     });

@@ -8,7 +8,8 @@
 //! Layers, lowest first; each imports only layers below it, and no modules import each other:
 //! - `protocol` (sans-IO codec), `resilience`, `lifecycle` (latches and the drain's state),
 //!   `metrics`, `prepared`, `params`, `counters`: nothing of ours, or `protocol` alone;
-//! - `config`; `events`, `net` (sockets, TLS, reading a client while it idles);
+//! - `config`; `logs` (escaping what clients chose, rate limits of lines), `events`, `net`
+//!   (sockets, TLS, reading a client while it idles);
 //! - `cancel` (cancel keys, KILL, forwarding between peers); `server` (one PostgreSQL
 //!   connection); `auth` (client credentials);
 //! - `relay` (pure) and `pool` side by side; `shared` (the context every task gets);
@@ -31,6 +32,7 @@ pub mod events;
 pub mod lifecycle;
 pub mod listen;
 pub mod login;
+pub mod logs;
 pub mod metrics;
 pub mod net;
 #[cfg(feature = "operator")]

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use droid_pool::config::{Cli, Config, LogFormat};
+use droid_pool::logs::OneLine;
 
 // Per-transaction allocations (round futures, waiter channels) are small and short-lived;
 // mimalloc's thread-local free lists serve them faster than glibc's malloc.
@@ -28,10 +29,12 @@ fn main() -> anyhow::Result<()> {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // One line per event whatever a field holds (names clients chose are escaped at the source).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_writer(OneLine::new(std::io::stderr, ansi))
+        .with_ansi(ansi);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

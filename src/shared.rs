@@ -12,6 +12,7 @@ use crate::config::{Config, ConfigCell};
 use crate::counters::Counters;
 use crate::events::Events;
 use crate::lifecycle::Lifecycle;
+use crate::logs::LogLimit;
 use crate::metrics::{Metrics, SnapshotCollector, SnapshotSource};
 use crate::net::TlsCell;
 use crate::pool::Pools;
@@ -35,9 +36,11 @@ pub struct Shared {
     pub auth: Arc<AuthStore>,
     /// Connections accepted and not yet logged in (`client.max_pending_logins`).
     pub pending_logins: Arc<crate::net::admission::PendingLogins>,
-    /// The log line of a failed client login, rate-limited: a password-guessing flood cannot
-    /// flood the log too.
-    pub auth_failures: crate::events::LogLimit,
+    /// The log lines of refused client logins: a flood of wrong passwords or made-up names
+    /// cannot flood the log too.
+    pub refused_logins: LogLimit,
+    /// The log lines of refused admin control requests.
+    pub refused_admin: LogLimit,
     /// This host's name (a pod's name), read once: finds this pooler's `peers` entry.
     pub hostname: Option<String>,
 }
@@ -77,7 +80,8 @@ impl Shared {
             tls,
             auth: Arc::new(AuthStore::default()),
             pending_logins: Arc::default(),
-            auth_failures: crate::events::LogLimit::per_second(10),
+            refused_logins: LogLimit::refusals("client login refused"),
+            refused_admin: LogLimit::refusals("admin control request refused"),
             hostname: hostname(),
         })
     }
@@ -152,6 +156,14 @@ impl Shared {
             "warm_sessions": self.counters.warm_sessions(),
             "pools": self.pools.snapshots(),
         })
+    }
+
+    /// Logs how many lines each rate limit held back since its count last went out: once a
+    /// second, from the heartbeat.
+    pub fn flush_log_limits(&self) {
+        self.refused_logins.flush();
+        self.refused_admin.flush();
+        self.pools.flush_log_limits();
     }
 
     /// Sends cancels to servers as `pool.cancel_wait_timeout` says, counted in

@@ -153,7 +153,7 @@ pub(super) fn control(
         }
         Err(refusal) => {
             control.with_label_values(&[refusal.label()]).inc();
-            if let Some(suppressed) = s.auth_failures.admit() {
+            if let Some(suppressed) = s.refused_admin.admit() {
                 tracing::info!(
                     %peer,
                     reason = refusal.label(),

@@ -106,6 +106,16 @@ impl ClientError {
         })
     }
 
+    /// The client went away (or its socket failed): nothing was refused.
+    pub fn is_gone(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Io(_)
+                | ClientError::Gone
+                | ClientError::Login(LoginError::Io(_) | LoginError::Gone)
+        )
+    }
+
     /// Refused for want of room (53300): counted as refused, not as completed.
     pub fn is_refusal(&self) -> bool {
         match self {

@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::net::TcpStream;
+use tracing::field;
 
 use crate::admin::console;
 use crate::login::{self, Outcome};
+use crate::logs::Escaped;
 use crate::net::admission::Pending;
 use crate::net::ClientStream;
-
 use crate::protocol::backend;
 use crate::shared::Shared;
 
@@ -90,7 +91,7 @@ async fn ended(
     }
     if let Err(e) = res {
         Box::pin(report(stream, &e)).await;
-        tracing::debug!(client = ?id, error = %e, "client session ended with an error");
+        tracing::debug!(client = ?id, error = %Escaped::new(&e), "client session ended with an error");
     }
     if let Some(id) = id {
         shared.events.client_disconnected(id);
@@ -134,9 +135,9 @@ async fn run_login(
     shared: Arc<Shared>,
     pending: Pending,
 ) -> (ClientStream, Option<u64>, Result<Outcome, ClientError>) {
-    let mut id = None;
+    let mut attempt = login::Attempt::default();
     let res = tokio::select! {
-        r = login::login(&mut stream, &shared, &mut id) => r.map_err(ClientError::from),
+        r = login::login(&mut stream, &shared, &mut attempt) => r.map_err(ClientError::from),
         _ = pending.evicted() => Err(ClientError::Fatal {
             code: crate::protocol::sqlstate::TOO_MANY_CONNECTIONS,
             message: "too many connections are still logging in \
@@ -144,7 +145,34 @@ async fn run_login(
                 .into(),
         }),
     };
-    (stream, id, res)
+    if let Err(e) = &res {
+        log_refused(&shared, &stream, &attempt, e);
+    }
+    (stream, attempt.id, res)
+}
+
+/// A refused login, as often as `shared.refused_logins` lets (the rest are counted): the
+/// peer, the names the client chose (escaped: they cannot forge a line), the SQLSTATE it is
+/// told (`none`: closed without a reply) and why. A client that left was not refused.
+fn log_refused(shared: &Shared, stream: &ClientStream, who: &login::Attempt, e: &ClientError) {
+    if e.is_gone() {
+        return;
+    }
+    let Some(earlier_not_logged) = shared.refused_logins.admit() else {
+        return;
+    };
+    let name = |k| who.param(k).map(|v| field::display(Escaped::name(v)));
+    let code = e.to_fields().map(|f| f.code);
+    tracing::info!(
+        peer = stream.peer_addr().ok().map(field::display),
+        user = name("user"),
+        database = name("database"),
+        application_name = name("application_name"),
+        code = %code.as_deref().unwrap_or("none"),
+        reason = %Escaped::new(e),
+        earlier_not_logged,
+        "client login refused"
+    );
 }
 
 /// The session, built before the future is, so the login it is made from takes no room in it.

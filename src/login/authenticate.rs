@@ -12,6 +12,7 @@ use rand::Rng;
 use super::error::LoginError;
 use crate::auth::{self, Credential, Exchange, ScramError, Verifier};
 use crate::config::{AuthMethod, Config};
+use crate::logs::Escaped;
 use crate::net::read::read_chunk;
 use crate::net::ClientStream;
 use crate::protocol::backend::{self, AuthRequest};
@@ -65,7 +66,7 @@ pub(super) async fn authenticate(
         }
         (_, Some(Credential::Md5(_))) => {
             tracing::warn!(
-                user,
+                user = %Escaped::name(user),
                 "user is stored with an md5 hash, which cannot answer SCRAM; \
                  store a SCRAM verifier or the password, or set auth.method md5"
             );
@@ -90,25 +91,11 @@ pub(super) async fn authenticate(
     if let Some(keys) = proved {
         return Ok(cred.and_then(|c| c.server_secret(keys)));
     }
-    Err(refused(shared, user, ex.stream.peer_addr().ok()))
-}
-
-/// A wrong password (or an unknown user): logged at a bounded rate, so a password-guessing
-/// flood cannot flood the log too, and answered as PostgreSQL answers it.
-fn refused(shared: &Shared, user: &str, peer: Option<std::net::SocketAddr>) -> LoginError {
-    if let Some(suppressed) = shared.auth_failures.admit() {
-        let peer = peer.map(|p| p.to_string()).unwrap_or_default();
-        tracing::info!(
-            user,
-            %peer,
-            earlier_not_logged = suppressed,
-            "client authentication failed"
-        );
-    }
-    LoginError::Fatal {
+    // Logged with every refused login, at a bounded rate (`crate::client`).
+    Err(LoginError::Fatal {
         code: sqlstate::INVALID_PASSWORD,
         message: format!("password authentication failed for user \"{user}\""),
-    }
+    })
 }
 
 /// The user's credential from the files, else (if configured) from auth_query, looked up on
@@ -152,7 +139,7 @@ async fn credential(
         Ok(c) => c,
         Err(e) => {
             lookups.with_label_values(&["error"]).inc();
-            tracing::warn!(error = %e, "auth_query lookup: no lookup connection");
+            tracing::warn!(error = %Escaped::new(&e), "auth_query lookup: no lookup connection");
             return Err(unavailable());
         }
     };
@@ -169,7 +156,7 @@ async fn credential(
         Err(e) => {
             pool.discard(conn, crate::pool::CloseReason::Broken);
             lookups.with_label_values(&["error"]).inc();
-            tracing::warn!(error = %e, "auth_query lookup failed");
+            tracing::warn!(error = %Escaped::new(&e), "auth_query lookup failed");
             Err(unavailable())
         }
     }

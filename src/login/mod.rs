@@ -38,6 +38,23 @@ pub struct Login {
     pub leftover: BytesMut,
 }
 
+/// What a login learned before it ended, kept by the caller: the log line of a refused login
+/// names the client by it.
+#[derive(Default)]
+pub struct Attempt {
+    /// The client's number, once it has one.
+    pub id: Option<u64>,
+    /// The startup packet, once read.
+    pub startup: Option<Startup>,
+}
+
+impl Attempt {
+    /// A startup parameter the client sent (`user`, `database`, `application_name`).
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.startup.as_ref()?.get(name)
+    }
+}
+
 /// How a login ended well.
 pub enum Outcome {
     Session(Login),
@@ -51,23 +68,24 @@ pub enum Outcome {
 /// Logs a client in. Bounded as a whole by the login timeout: the TLS handshake and the
 /// password exchange included, so a client that stalls anywhere (slowloris) is dropped. A
 /// CancelRequest is forwarded after that, bounded by `pool.cancel_wait_timeout` alone; its
-/// connection is closed once the server has acted on it. `id` is set to the client's number
-/// once it has one.
+/// connection is closed once the server has acted on it. `attempt` keeps what the login
+/// learns (the client's number, its startup packet), also when it fails or is dropped.
 pub async fn login(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
-    id: &mut Option<u64>,
+    attempt: &mut Attempt,
 ) -> Result<Outcome, LoginError> {
     let timeout = shared.config.load().client.login_timeout;
     let mut cancel = None;
-    let res =
-        match tokio::time::timeout(timeout, login_inner(stream, shared, id, &mut cancel)).await {
-            Ok(r) => r,
-            Err(_) => Err(LoginError::Fatal {
-                code: sqlstate::PROTOCOL_VIOLATION,
-                message: "client login timeout".into(),
-            }),
-        };
+    let res = match tokio::time::timeout(timeout, login_inner(stream, shared, attempt, &mut cancel))
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => Err(LoginError::Fatal {
+            code: sqlstate::PROTOCOL_VIOLATION,
+            message: "client login timeout".into(),
+        }),
+    };
     if let Some(key) = cancel {
         forward_cancel(shared, key).await;
     }
@@ -93,7 +111,7 @@ async fn forward_cancel(shared: &Shared, key: (i32, i32)) {
 async fn login_inner(
     stream: &mut ClientStream,
     shared: &Arc<Shared>,
-    id: &mut Option<u64>,
+    attempt: &mut Attempt,
     cancel: &mut Option<(i32, i32)>,
 ) -> Result<Outcome, LoginError> {
     let full = shared.config.load();
@@ -101,9 +119,10 @@ async fn login_inner(
     let Some(startup) = startup::negotiate(stream, shared, &mut buf, cancel).await? else {
         return Ok(Outcome::Done);
     };
-    let user = check_startup(&full, &startup, stream.is_tls())?;
+    let startup = &*attempt.startup.insert(startup);
+    let user = check_startup(&full, startup, stream.is_tls())?;
     let mut out = BytesMut::new();
-    startup::negotiate_version(&startup, &mut out);
+    startup::negotiate_version(startup, &mut out);
     let key = PoolKey {
         user: user.to_owned(),
         database: startup
@@ -128,7 +147,7 @@ async fn login_inner(
         });
     }
     let client_id = shared.counters.next_client_id();
-    *id = Some(client_id);
+    attempt.id = Some(client_id);
     shared.events.client_connected(client_id);
     shared.metrics.clients.connections.inc();
     if shared.counters.clients_open.load(Ordering::Relaxed) > full.client.max_connections {
@@ -146,7 +165,7 @@ async fn login_inner(
     let greeting = Greeting {
         id: client_id,
         key,
-        startup: &startup,
+        startup,
         out,
     };
     greet(stream, shared, &full, greeting, buf).await

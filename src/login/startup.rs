@@ -9,6 +9,7 @@ use bytes::BytesMut;
 
 use super::error::LoginError;
 use crate::config::ClientTlsMode;
+use crate::logs::Escaped;
 use crate::net::read::read_chunk;
 use crate::net::ClientStream;
 use crate::params::Params;
@@ -80,7 +81,7 @@ async fn start_tls(
         .accept(tcp)
         .await
         .map_err(|e| {
-            tracing::debug!(error = %e, "client TLS handshake failed");
+            tracing::debug!(error = %Escaped::new(&e), "client TLS handshake failed");
             LoginError::Gone
         })?;
     *stream = crate::net::MaybeTls::Tls(Box::new(tls));

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::hosts::{recheck_at, Host, Hosts, Route, RECHECK};
 use super::{Pool, PoolError, PoolState};
 use crate::config::TargetSessionAttrs;
+use crate::logs::{Escaped, LogLimit};
 use crate::resilience::{Admission, Backoff, BackoffConfig, BreakerState, RetryBudget};
 use crate::server::{self, Role, ServerConn, ServerError, ServerTarget};
 
@@ -27,6 +28,9 @@ pub struct Backend {
     pub max_connecting: usize,
     /// What a client refused while a probe runs is told to wait.
     pub probe_hint: Duration,
+    /// The log lines of server logins PostgreSQL refused: clients that make up databases or
+    /// users make one each.
+    pub refused_logins: LogLimit,
 }
 
 impl Backend {
@@ -41,6 +45,7 @@ impl Backend {
             backoff: cfg.backoff,
             max_connecting: cfg.pool.max_connecting,
             probe_hint: cfg.breaker.cooldown_base,
+            refused_logins: LogLimit::refusals("server login refused"),
         }
     }
 }
@@ -280,7 +285,7 @@ impl Pool {
                 Err(e) => {
                     permit.record_failure(now);
                     self.note_breaker(host, before);
-                    tracing::warn!(pool = %self.inner.name, host = %host.record.name, error = %e, attempt = tries[i].backoff.attempt(), "server login failed");
+                    tracing::warn!(pool = %self.log_name(), host = %host.record.name, error = %Escaped::new(&e), attempt = tries[i].backoff.attempt(), "server login failed");
                     let at = now + tries[i].backoff.next_delay(&mut rand::thread_rng());
                     tries[i].not_before = Some(at);
                     tries[i].error = Some(e);

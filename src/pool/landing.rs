@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::connect::Failure;
 use super::{Pool, PoolError};
+use crate::logs::Escaped;
 use crate::server::{Generation, ServerConn, Slots};
 
 impl Pool {
@@ -72,7 +73,9 @@ impl Pool {
         let (err, label) = self.failure_error(failure);
         count(label);
         if label == "config_error" {
-            tracing::error!(pool = %self.inner.name, error = %err, "server login refused: check credentials and database");
+            if let Some(earlier_not_logged) = self.inner.backend.refused_logins.admit() {
+                tracing::error!(pool = %self.log_name(), error = %Escaped::new(&err), earlier_not_logged, "server login refused: check credentials and database");
+            }
             return self.fail_waiters(err, true);
         }
         if held {

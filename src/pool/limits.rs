@@ -64,7 +64,7 @@ impl Pool {
             return None;
         }
         let slot = self.inner.reserve.try_take()?;
-        tracing::info!(pool = %self.inner.name, "a client waited pool.reserve_timeout: opening a reserve server");
+        tracing::info!(pool = %self.log_name(), "a client waited pool.reserve_timeout: opening a reserve server");
         Some(slot)
     }
 
@@ -127,7 +127,7 @@ impl Pool {
         };
         let conn = other.lock().idle.pop_front();
         if let Some(conn) = conn {
-            tracing::debug!(pool = %other.inner.name, limit = limit.kind.setting(), "closing an idle server to make room for another pool");
+            tracing::debug!(pool = %other.log_name(), limit = limit.kind.setting(), "closing an idle server to make room for another pool");
             other.close(conn, CloseReason::Evicted);
         }
     }

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Pool;
 use crate::listen::{parse_notification, quote_ident, Channels, Mailbox, Note};
+use crate::logs::Escaped;
 use crate::protocol::backend::{self as b, ErrorFields};
 use crate::protocol::frontend as f;
 use crate::protocol::{frame, sqlstate};
@@ -188,7 +189,7 @@ impl Pool {
                                     on.insert(name);
                                 }
                                 Ok(Some(e)) => {
-                                    tracing::warn!(pool = %self.inner.name, error = %e.message, "the listening connection could not listen again");
+                                    tracing::warn!(pool = %self.log_name(), error = %Escaped::new(&e.message), "the listening connection could not listen again");
                                 }
                                 Err(()) => {
                                     conn = None;
@@ -198,7 +199,7 @@ impl Pool {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(pool = %self.inner.name, error = %e.message, "could not open the listening connection");
+                        tracing::warn!(pool = %self.log_name(), error = %Escaped::new(&e.message), "could not open the listening connection");
                         // Those waiting for a LISTEN are told now; the others wait for the
                         // next attempt.
                         while let Ok(cmd) = rx.try_recv() {
@@ -283,7 +284,7 @@ impl Pool {
 
     /// The listening connection failed: closed, and every subscriber warned.
     fn listener_lost(&self, conn: &mut Option<ServerConn>) {
-        tracing::warn!(pool = %self.inner.name, "the listening connection was lost; opening it again");
+        tracing::warn!(pool = %self.log_name(), "the listening connection was lost; opening it again");
         *conn = None;
         for mb in self.listeners().channels.all() {
             mb.mark_lost();

@@ -293,6 +293,11 @@ impl Pool {
         &self.inner.name
     }
 
+    /// The name as a log line shows it: clients choose databases and users.
+    pub fn log_name(&self) -> crate::logs::Escaped<&str> {
+        crate::logs::Escaped::new(&self.inner.name)
+    }
+
     /// Statements of this pool's departed clients (`--track-prepared`).
     pub fn orphans(&self) -> &orphans::Orphans {
         &self.inner.orphans

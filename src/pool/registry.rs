@@ -289,6 +289,11 @@ impl Pools {
         &self.learned
     }
 
+    /// Logs how many lines the pools' rate limits held back (see [`crate::logs::LogLimit`]).
+    pub fn flush_log_limits(&self) {
+        self.backend.refused_logins.flush();
+    }
+
     fn lock_limits(&self) -> std::sync::MutexGuard<'_, SharedLimits> {
         self.limits.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -1,6 +1,6 @@
 //! The small leaks: cancel keys that cannot be guessed from the client's number, event lines a
 //! client-supplied name cannot forge or grow, and failed logins logged with the peer's address
-//! and at a bounded rate.
+//! and at a bounded rate (more in `security::logs`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -79,8 +79,8 @@ async fn client_names_cannot_forge_event_lines() {
     );
 }
 
-/// Failed logins are logged with the peer's address, at most ten lines a second; the line
-/// after a burst says how many were not logged.
+/// Failed logins are logged with the peer's address, at most a burst of 20 lines and ten a
+/// second after it; the line after a burst, or a summary, says how many were not logged.
 #[tokio::test]
 async fn failed_logins_are_logged_with_the_peer_at_a_bounded_rate() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,6 +94,7 @@ async fn failed_logins_are_logged_with_the_peer_at_a_bounded_rate() {
     let yaml = format!("auth:\n  method: md5\n  users_file: {users}\n");
     let pooler = Pooler::start_with_config(support::shared(), &yaml, &[]);
     let wrong = pooler.conn_string_pw("md5_user", "wrong", DB);
+    let started = std::time::Instant::now();
     let mut burst = Vec::new();
     for _ in 0..40 {
         let wrong = wrong.clone();
@@ -110,19 +111,20 @@ async fn failed_logins_are_logged_with_the_peer_at_a_bounded_rate() {
     let stderr = pooler.stderr();
     let logged: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("client authentication failed"))
+        .filter(|l| l.contains("client login refused") && l.contains("code=28P01"))
         .collect();
     assert!(
         logged.iter().all(|l| l.contains("127.0.0.1")),
         "the peer's address: {logged:?}"
     );
+    let secs = started.elapsed().as_secs_f64().ceil() as usize;
     assert!(
-        logged.len() <= 25,
-        "41 failures in about a second logged {} times",
+        logged.len() <= 20 + 10 * secs,
+        "41 failures in {secs} s logged {} times",
         logged.len()
     );
-    assert!(
-        logged.iter().any(|l| !l.contains("earlier_not_logged=0")),
-        "the suppressed ones are counted: {logged:?}"
-    );
+    // On the next line logged, or in the summary within a second (exact counts: `logs.rs`).
+    let counted = logged.iter().any(|l| !l.contains("earlier_not_logged=0"))
+        || stderr.contains("held back by their rate limit");
+    assert!(counted, "the suppressed ones are counted:\n{stderr}");
 }

@@ -9,6 +9,7 @@ mod badinput;
 mod hygiene;
 mod leaks;
 mod liveness;
+mod logs;
 mod passthrough;
 mod probing;
 mod reload;
