@@ -71,9 +71,11 @@ impl Events {
 
     /// A server's session cleaned before client `client` runs there (`reason`: why).
     pub fn server_cleaned(&self, server: u64, client: u64, reason: &str) {
-        self.emit(format_args!(
-            "server {server} cleaned for client {client}: {reason}"
-        ));
+        if self.transactions {
+            self.emit(format_args!(
+                "server {server} cleaned for client {client}: {reason}"
+            ));
+        }
     }
 
     /// `name` is the client's: escaped and cut ([`Escaped::name`]).
