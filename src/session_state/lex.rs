@@ -121,22 +121,24 @@ impl<'a> Tokens<'a> {
     }
 
     /// Skips white space and comments; false at the end of the text.
+    #[inline]
     fn skip_blank(&mut self) -> bool {
         let sql = self.sql;
-        loop {
-            let Some(&b) = sql.get(self.at) else {
-                return false;
+        let mut at = self.at;
+        let more = loop {
+            let Some(&b) = sql.get(at) else {
+                break false;
             };
             match b {
                 // scan.l `space`: `\v` since PostgreSQL 16 (before, it is a syntax error).
-                b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => self.at += 1,
-                b'-' if sql.get(self.at + 1) == Some(&b'-') => self.at = line_end(sql, self.at),
-                b'/' if sql.get(self.at + 1) == Some(&b'*') => {
-                    self.at = block_comment_end(sql, self.at)
-                }
-                _ => return true,
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => at += 1,
+                b'-' if sql.get(at + 1) == Some(&b'-') => at = line_end(sql, at),
+                b'/' if sql.get(at + 1) == Some(&b'*') => at = block_comment_end(sql, at),
+                _ => break true,
             }
-        }
+        };
+        self.at = at;
+        more
     }
 
     /// The next token, and whether it is a top-level `;` ending the statement.
@@ -197,6 +199,7 @@ impl<'a> Tokens<'a> {
     }
 
     /// A word, or a literal a word's letters prefix: `E''`, `B''`, `X''`, `N''`, `U&''`.
+    #[inline]
     fn word(&self, start: usize) -> (usize, fn(&'a [u8]) -> Token<'a>) {
         let sql = self.sql;
         let quote_at = |n: usize| sql.get(start + n) == Some(&b'\'');
@@ -216,13 +219,19 @@ impl<'a> Tokens<'a> {
 
     /// The end of the identifier starting at `start`; a multi-byte character is taken
     /// whole, so a trail byte that looks like ASCII stays inside it.
+    #[inline]
     fn word_end(&self, start: usize) -> usize {
         let sql = self.sql;
+        if self.scan.ascii_safe() {
+            let rest = &sql[start..];
+            return start
+                + rest
+                    .iter()
+                    .position(|&b| !word_byte(b))
+                    .unwrap_or(rest.len());
+        }
         let mut i = start;
-        while let Some(&b) = sql.get(i) {
-            if !word_byte(b) {
-                break;
-            }
+        while sql.get(i).is_some_and(|&b| word_byte(b)) {
             i += self.scan.char_len(sql, i);
         }
         i
