@@ -11,11 +11,15 @@
 //! identifier rule for bytes >= 0x80), so a multi-byte character cannot end a token early.
 //! No length limit: a text is read to its end.
 
+mod ends;
 mod scan;
 
 pub use scan::Scan;
 
-use memchr::{memchr, memchr2, memmem};
+use ends::{
+    block_comment_end, digits_end, line_end, literal_end, number_end, op_byte, operator_end, Body,
+};
+use memchr::{memchr, memmem};
 
 /// One token of a statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,38 +64,22 @@ fn word_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
 
-/// scan.l `op_chars`: the bytes an operator is made of.
-fn op_byte(b: u8) -> bool {
-    matches!(
-        b,
-        b'~' | b'!'
-            | b'@'
-            | b'#'
-            | b'^'
-            | b'&'
-            | b'|'
-            | b'`'
-            | b'?'
-            | b'+'
-            | b'-'
-            | b'*'
-            | b'/'
-            | b'%'
-            | b'<'
-            | b'>'
-            | b'='
-    )
+/// The kind of a token that spans bytes (what [`Token`] wraps them in).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Word,
+    Str,
+    Other,
 }
 
-/// How a quoted literal reads its body (scan.l's start conditions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Body {
-    /// `xq` (and `xus`, `U&''`): `''` is a quote; a backslash is an ordinary byte.
-    Standard,
-    /// `xe`: `''` is a quote and a backslash takes the next character with it.
-    Escape,
-    /// `xb`, `xh` (`B''`, `X''`): the first quote ends the segment.
-    Bits,
+impl Kind {
+    fn token(self, text: &[u8]) -> Token<'_> {
+        match self {
+            Kind::Word => Token::Word(text),
+            Kind::Str => Token::Str(text),
+            Kind::Other => Token::Other(text),
+        }
+    }
 }
 
 /// The tokens of one statement's text, in order.
@@ -149,20 +137,23 @@ impl<'a> Tokens<'a> {
         let (sql, start) = (self.sql, self.at);
         let b = sql[start];
         let next = sql.get(start + 1).copied();
-        let (end, token): (usize, fn(&'a [u8]) -> Token<'a>) = match b {
+        let (end, kind) = match b {
             b';' => return Some((self.single(Token::Punct(b';')), true)),
             b'(' | b')' | b',' | b'[' | b']' => return Some((self.single(Token::Punct(b)), false)),
-            b'.' if next == Some(b'.') => (start + 2, Token::Other),
+            b'.' if next == Some(b'.') => (start + 2, Kind::Other),
             b'.' if !next.is_some_and(|n| n.is_ascii_digit()) => {
                 return Some((self.single(Token::Punct(b'.')), false))
             }
-            b'0'..=b'9' | b'.' => (number_end(sql, start), Token::Other),
+            b'0'..=b'9' | b'.' => (number_end(sql, start), Kind::Other),
             b'"' => return Some((self.quoted_identifier(), false)),
-            b'\'' => (self.literal_end(start, self.scan.plain()), Token::Str),
+            b'\'' => (
+                literal_end(sql, start, self.scan.plain(), self.scan),
+                Kind::Str,
+            ),
             b'$' => self.dollar(start),
             b':' => (
                 start + 1 + usize::from(matches!(next, Some(b':' | b'='))),
-                Token::Other,
+                Kind::Other,
             ),
             b if word_start(b) => self.word(start),
             b if op_byte(b) => {
@@ -170,12 +161,12 @@ impl<'a> Tokens<'a> {
                 if end == start + 1 && b == b'=' {
                     return Some((self.single(Token::Punct(b'=')), false));
                 }
-                (end, Token::Other)
+                (end, Kind::Other)
             }
-            _ => (start + 1, Token::Other),
+            _ => (start + 1, Kind::Other),
         };
         self.at = end;
-        Some((token(&sql[start..end]), false))
+        Some((kind.token(&sql[start..end]), false))
     }
 
     fn single(&mut self, token: Token<'a>) -> Token<'a> {
@@ -200,7 +191,7 @@ impl<'a> Tokens<'a> {
 
     /// A word, or a literal a word's letters prefix: `E''`, `B''`, `X''`, `N''`, `U&''`.
     #[inline]
-    fn word(&self, start: usize) -> (usize, fn(&'a [u8]) -> Token<'a>) {
+    fn word(&self, start: usize) -> (usize, Kind) {
         let sql = self.sql;
         let quote_at = |n: usize| sql.get(start + n) == Some(&b'\'');
         let body = match sql[start].to_ascii_lowercase() {
@@ -212,8 +203,11 @@ impl<'a> Tokens<'a> {
             _ => None,
         };
         match body {
-            Some((quote, body)) => (self.literal_end(start + quote, body), Token::Str),
-            None => (self.word_end(start), Token::Word),
+            Some((quote, body)) => (
+                literal_end(self.sql, start + quote, body, self.scan),
+                Kind::Str,
+            ),
+            None => (self.word_end(start), Kind::Word),
         }
     }
 
@@ -239,16 +233,16 @@ impl<'a> Tokens<'a> {
 
     /// A dollar-quoted string (`$$...$$`, `$tag$...$tag$`), a parameter (`$1`) or a lone
     /// `$` (scan.l `dolqfailed`: what follows is read again as a word).
-    fn dollar(&self, start: usize) -> (usize, fn(&'a [u8]) -> Token<'a>) {
+    fn dollar(&self, start: usize) -> (usize, Kind) {
         let sql = self.sql;
         match self.dollar_tag_end(start) {
             Some(body) => {
                 let tag = &sql[start..body];
                 let end =
                     memmem::find(&sql[body..], tag).map_or(sql.len(), |n| body + n + tag.len());
-                (end, Token::Str)
+                (end, Kind::Str)
             }
-            None => (digits_end(sql, start + 1, false), Token::Other),
+            None => (digits_end(sql, start + 1, false), Kind::Other),
         }
     }
 
@@ -271,45 +265,6 @@ impl<'a> Tokens<'a> {
         }
         None
     }
-
-    /// The end of the quoted literal whose (first) opening quote is at `open`, read as
-    /// `body`, segments continued across a newline included (scan.l `xqs`).
-    fn literal_end(&self, open: usize, body: Body) -> usize {
-        let sql = self.sql;
-        let mut from = open + 1;
-        loop {
-            let close = match body {
-                Body::Bits => memchr(b'\'', &sql[from..]).map(|n| from + n),
-                Body::Standard => standard_close(sql, from),
-                Body::Escape => self.escaped_close(from),
-            };
-            let Some(close) = close else {
-                return sql.len();
-            };
-            match continued_at(sql, close + 1) {
-                Some(quote) => from = quote + 1,
-                None => return close + 1,
-            }
-        }
-    }
-
-    /// The closing quote of an `xe` segment from `i`: `''` and a backslash with the
-    /// character after it are inside.
-    fn escaped_close(&self, mut i: usize) -> Option<usize> {
-        let sql = self.sql;
-        while i < sql.len() {
-            if self.scan.ascii_safe() {
-                i += memchr2(b'\\', b'\'', &sql[i..])?;
-            }
-            match sql[i] {
-                b'\\' => i += 1 + self.scan.char_len(sql, i + 1),
-                b'\'' if sql.get(i + 1) == Some(&b'\'') => i += 2,
-                b'\'' => return Some(i),
-                _ => i += self.scan.char_len(sql, i),
-            }
-        }
-        None
-    }
 }
 
 impl<'a> Iterator for Tokens<'a> {
@@ -319,146 +274,6 @@ impl<'a> Iterator for Tokens<'a> {
         let (token, _) = self.next_token()?;
         Some(token)
     }
-}
-
-/// The closing quote of an `xq` segment from `i`: `''` is inside.
-fn standard_close(sql: &[u8], mut i: usize) -> Option<usize> {
-    loop {
-        let q = i + memchr(b'\'', &sql[i..])?;
-        if sql.get(q + 1) != Some(&b'\'') {
-            return Some(q);
-        }
-        i = q + 2;
-    }
-}
-
-/// Where a quoted literal goes on after its closing quote (scan.l `quotecontinue`): white
-/// space and `--` comments holding at least one newline, then a quote; that quote's index.
-fn continued_at(sql: &[u8], mut i: usize) -> Option<usize> {
-    let mut newline = false;
-    loop {
-        match *sql.get(i)? {
-            b' ' | b'\t' | b'\x0b' | b'\x0c' => i += 1,
-            b'\n' | b'\r' => {
-                newline = true;
-                i += 1;
-            }
-            b'-' if sql.get(i + 1) == Some(&b'-') => i = line_end(sql, i),
-            b'\'' if newline => return Some(i),
-            _ => return None,
-        }
-    }
-}
-
-/// Where a `--` comment from `from` ends: at its CR or LF (scan.l `newline`), or the end.
-fn line_end(sql: &[u8], from: usize) -> usize {
-    memchr2(b'\n', b'\r', &sql[from..]).map_or(sql.len(), |n| from + n)
-}
-
-/// The end of the (nested) block comment starting at `start` (or of `sql`, unterminated):
-/// each `/*` opens a level, each `*/` closes one, and neither shares a byte with the other.
-fn block_comment_end(sql: &[u8], start: usize) -> usize {
-    let mut depth = 0usize;
-    let mut i = start;
-    while i + 1 < sql.len() {
-        match (sql[i], sql[i + 1]) {
-            (b'/', b'*') => {
-                depth += 1;
-                i += 2;
-            }
-            (b'*', b'/') => {
-                depth -= 1;
-                i += 2;
-                if depth == 0 {
-                    return i;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    sql.len()
-}
-
-/// The end of the operator starting at `start` (scan.l `operator`): a run of `op_chars`
-/// cut before a `/*` or `--` inside it, then, unless it holds one of ``~!@#^&|`?%``,
-/// without its trailing `+` and `-` (`=-` is `=` then `-`).
-fn operator_end(sql: &[u8], start: usize) -> usize {
-    let run = start + sql[start..].iter().take_while(|&&b| op_byte(b)).count();
-    let cut = (start + 1..run.saturating_sub(1))
-        .find(|&i| matches!(&sql[i..i + 2], b"/*" | b"--"))
-        .unwrap_or(run);
-    let mut end = cut;
-    let body = &sql[start..cut];
-    if body.len() > 1
-        && !body[..body.len() - 1]
-            .iter()
-            .any(|b| b"~!@#^&|`?%".contains(b))
-    {
-        while end > start + 1 && matches!(sql[end - 1], b'+' | b'-') {
-            end -= 1;
-        }
-    }
-    end
-}
-
-/// The end of a number starting at `start` (a digit, or `.` before one): scan.l's
-/// `decinteger`, `hexinteger` (and octal, binary), `numeric` and `real`. What follows
-/// is a token of its own (`1e'x'` is `1` then `e'x'`, as PostgreSQL before 15 reads it;
-/// from 15 on it is an error, so nothing of such a text runs).
-fn number_end(sql: &[u8], start: usize) -> usize {
-    if let Some(end) = radix_end(sql, start) {
-        return end;
-    }
-    let mut i = digits_end(sql, start, true);
-    if sql.get(i) == Some(&b'.') && sql.get(i + 1) != Some(&b'.') {
-        i = digits_end(sql, i + 1, true);
-    }
-    if matches!(sql.get(i), Some(b'e' | b'E')) {
-        let j = i + 1 + usize::from(matches!(sql.get(i + 1), Some(b'+' | b'-')));
-        if sql.get(j).is_some_and(u8::is_ascii_digit) {
-            i = digits_end(sql, j, true);
-        }
-    }
-    i
-}
-
-/// `0x1F`, `0o17`, `0b1` (with `_` between digits), PostgreSQL 16's integers.
-fn radix_end(sql: &[u8], start: usize) -> Option<usize> {
-    if sql[start] != b'0' {
-        return None;
-    }
-    let digit: fn(&u8) -> bool = match sql.get(start + 1)?.to_ascii_lowercase() {
-        b'x' => u8::is_ascii_hexdigit,
-        b'o' => |b| (b'0'..=b'7').contains(b),
-        b'b' => |b| matches!(b, b'0' | b'1'),
-        _ => return None,
-    };
-    let mut i = start + 2;
-    loop {
-        let skip = usize::from(sql.get(i) == Some(&b'_'));
-        match sql.get(i + skip) {
-            Some(d) if digit(d) => i += skip + 1,
-            _ => break,
-        }
-    }
-    (i > start + 2).then_some(i)
-}
-
-/// The end of the digits from `from`; with `underscores`, a `_` between two digits is
-/// part of them (scan.l `decinteger`; parameters take none).
-fn digits_end(sql: &[u8], from: usize, underscores: bool) -> usize {
-    let mut i = from;
-    while let Some(&b) = sql.get(i) {
-        let digit_after = |n: usize| sql.get(n).is_some_and(u8::is_ascii_digit);
-        if b.is_ascii_digit() {
-            i += 1;
-        } else if underscores && b == b'_' && i > from && digit_after(i + 1) {
-            i += 2;
-        } else {
-            break;
-        }
-    }
-    i
 }
 
 /// The statements of a query text read with [`Scan::STANDARD`]: see [`statements_with`].

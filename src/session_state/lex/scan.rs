@@ -81,11 +81,11 @@ impl Scan {
     }
 
     /// The body a plain `'...'` literal has under this reading.
-    pub(super) fn plain(&self) -> super::Body {
+    pub(super) fn plain(&self) -> super::ends::Body {
         if self.standard_strings {
-            super::Body::Standard
+            super::ends::Body::Standard
         } else {
-            super::Body::Escape
+            super::ends::Body::Escape
         }
     }
 
