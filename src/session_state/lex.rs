@@ -1,12 +1,25 @@
 //! A purpose lexer for the SQL the pooler must understand to see session state: it splits a
 //! query text into statements at the semicolons PostgreSQL splits at and yields each
-//! statement's tokens, with comments (`--`, nested `/* */`), quoted identifiers, string
-//! literals (standard, `E''`, `U&''`, `B''`, `X''`) and dollar-quoted strings each taken
-//! whole, so nothing inside a literal or a comment is ever read as a keyword. It is not a
-//! parser: the classifier (`detect`) reads the few statement shapes that matter from the
-//! tokens. Bytes, not characters: keywords are ASCII, and any other byte is part of a word
-//! (PostgreSQL's identifier rule for bytes >= 0x80), so a multi-byte character cannot end a
-//! token early.
+//! statement's tokens, with comments (`--` to CR or LF, nested `/* */`), quoted identifiers,
+//! string literals (standard, `E''`, `N''`, `U&''`, `B''`, `X''`, continued across a
+//! newline) and dollar-quoted strings each taken whole, so nothing inside a literal or a
+//! comment is ever read as a keyword. Where a token ends follows PostgreSQL's scanner
+//! (`src/backend/parser/scan.l`) rule for rule, under the session's
+//! `standard_conforming_strings` and client encoding ([`Scan`]). It is not a parser: the
+//! classifier (`detect`) reads the few statement shapes that matter from the tokens. Bytes,
+//! not characters: keywords are ASCII, and any other byte is part of a word (PostgreSQL's
+//! identifier rule for bytes >= 0x80), so a multi-byte character cannot end a token early.
+//! No length limit: a text is read to its end.
+
+mod ends;
+mod scan;
+
+pub use scan::Scan;
+
+use ends::{
+    block_comment_end, digits_end, line_end, literal_end, number_end, op_byte, operator_end, Body,
+};
+use memchr::{memchr, memmem};
 
 /// One token of a statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,11 +28,13 @@ pub enum Token<'a> {
     Word(&'a [u8]),
     /// A quoted identifier, without its quotes (`""` still doubled).
     Quoted(&'a [u8]),
-    /// A string literal, its prefix and quotes included (`'a'`, `E'a\'b'`, `$$x$$`).
+    /// A string literal, its prefix and quotes included (`'a'`, `E'a\'b'`, `$$x$$`); a
+    /// literal continued across a newline (`'a'` LF `'b'`) is one token, the gap included.
     Str(&'a [u8]),
-    /// A number, a parameter (`$1`) or an operator: one or more bytes.
+    /// A number, a parameter (`$1`), an operator (`::`, `<=`, `..` included) or another
+    /// single byte.
     Other(&'a [u8]),
-    /// A single punctuation byte: `(`, `)`, `,`, `=`, `.`, `[`, `]`.
+    /// A single punctuation byte: `(`, `)`, `,`, `=` (alone), `.`, `[`, `]`.
     Punct(u8),
 }
 
@@ -38,13 +53,33 @@ impl Token<'_> {
     }
 }
 
-/// Whether `b` continues an unquoted identifier (letters, digits, `_`, `$`, non-ASCII).
+/// Whether `b` continues an unquoted identifier (scan.l `ident_cont`: letters, digits, `_`,
+/// `$`, bytes >= 0x80).
 fn word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
+/// Whether `b` starts an unquoted identifier (scan.l `ident_start`).
 fn word_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
+}
+
+/// The kind of a token that spans bytes (what [`Token`] wraps them in).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Word,
+    Str,
+    Other,
+}
+
+impl Kind {
+    fn token(self, text: &[u8]) -> Token<'_> {
+        match self {
+            Kind::Word => Token::Word(text),
+            Kind::Str => Token::Str(text),
+            Kind::Other => Token::Other(text),
+        }
+    }
 }
 
 /// The tokens of one statement's text, in order.
@@ -52,16 +87,183 @@ fn word_start(b: u8) -> bool {
 pub struct Tokens<'a> {
     sql: &'a [u8],
     at: usize,
+    scan: Scan,
 }
 
 impl<'a> Tokens<'a> {
+    /// The tokens of `sql` read as PostgreSQL does by default ([`Scan::STANDARD`]).
     pub fn new(sql: &'a [u8]) -> Self {
-        Tokens { sql, at: 0 }
+        Tokens::with(sql, 0, Scan::STANDARD)
     }
 
-    /// The tokens of `sql` from byte `at` on (the start of a token, or white space).
+    /// The tokens of `sql` from byte `at` on (the start of a token, or white space), read
+    /// with [`Scan::STANDARD`].
     pub fn from(sql: &'a [u8], at: usize) -> Self {
-        Tokens { sql, at }
+        Tokens::with(sql, at, Scan::STANDARD)
+    }
+
+    /// The tokens of `sql` from byte `at` on (the start of a token, or white space), read
+    /// as a session with the settings `scan` reads it.
+    pub fn with(sql: &'a [u8], at: usize, scan: Scan) -> Self {
+        Tokens { sql, at, scan }
+    }
+
+    /// Skips white space and comments; false at the end of the text.
+    #[inline]
+    fn skip_blank(&mut self) -> bool {
+        let sql = self.sql;
+        let mut at = self.at;
+        let more = loop {
+            let Some(&b) = sql.get(at) else {
+                break false;
+            };
+            match b {
+                // scan.l `space`: `\v` since PostgreSQL 16 (before, it is a syntax error).
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => at += 1,
+                b'-' if sql.get(at + 1) == Some(&b'-') => at = line_end(sql, at),
+                b'/' if sql.get(at + 1) == Some(&b'*') => at = block_comment_end(sql, at),
+                _ => break true,
+            }
+        };
+        self.at = at;
+        more
+    }
+
+    /// The next token, and whether it is a top-level `;` ending the statement.
+    fn next_token(&mut self) -> Option<(Token<'a>, bool)> {
+        if !self.skip_blank() {
+            return None;
+        }
+        let (sql, start) = (self.sql, self.at);
+        let b = sql[start];
+        let next = sql.get(start + 1).copied();
+        let (end, kind) = match b {
+            b';' => return Some((self.single(Token::Punct(b';')), true)),
+            b'(' | b')' | b',' | b'[' | b']' => return Some((self.single(Token::Punct(b)), false)),
+            b'.' if next == Some(b'.') => (start + 2, Kind::Other),
+            b'.' if !next.is_some_and(|n| n.is_ascii_digit()) => {
+                return Some((self.single(Token::Punct(b'.')), false))
+            }
+            b'0'..=b'9' | b'.' => (number_end(sql, start), Kind::Other),
+            b'"' => return Some((self.quoted_identifier(), false)),
+            b'\'' => (
+                literal_end(sql, start, self.scan.plain(), self.scan),
+                Kind::Str,
+            ),
+            b'$' => self.dollar(start),
+            b':' => (
+                start + 1 + usize::from(matches!(next, Some(b':' | b'='))),
+                Kind::Other,
+            ),
+            b if word_start(b) => self.word(start),
+            b if op_byte(b) => {
+                let end = operator_end(sql, start);
+                if end == start + 1 && b == b'=' {
+                    return Some((self.single(Token::Punct(b'=')), false));
+                }
+                (end, Kind::Other)
+            }
+            _ => (start + 1, Kind::Other),
+        };
+        self.at = end;
+        Some((kind.token(&sql[start..end]), false))
+    }
+
+    fn single(&mut self, token: Token<'a>) -> Token<'a> {
+        self.at += 1;
+        token
+    }
+
+    /// `"..."` (`""` inside is part of it), as its inside; unterminated, to the end.
+    fn quoted_identifier(&mut self) -> Token<'a> {
+        let (sql, start) = (self.sql, self.at);
+        let mut i = start + 1;
+        let inner_end = loop {
+            match memchr(b'"', &sql[i..]) {
+                Some(n) if sql.get(i + n + 1) == Some(&b'"') => i += n + 2,
+                Some(n) => break i + n,
+                None => break sql.len(),
+            }
+        };
+        self.at = (inner_end + 1).min(sql.len());
+        Token::Quoted(&sql[start + 1..inner_end])
+    }
+
+    /// A word, or a literal a word's letters prefix: `E''`, `B''`, `X''`, `N''`, `U&''`.
+    #[inline]
+    fn word(&self, start: usize) -> (usize, Kind) {
+        let sql = self.sql;
+        let quote_at = |n: usize| sql.get(start + n) == Some(&b'\'');
+        let body = match sql[start].to_ascii_lowercase() {
+            b'e' if quote_at(1) => Some((1, Body::Escape)),
+            b'b' | b'x' if quote_at(1) => Some((1, Body::Bits)),
+            // `N` is NCHAR, then an ordinary literal under the session's rules.
+            b'n' if quote_at(1) => Some((1, self.scan.plain())),
+            b'u' if sql.get(start + 1) == Some(&b'&') && quote_at(2) => Some((2, Body::Standard)),
+            _ => None,
+        };
+        match body {
+            Some((quote, body)) => (
+                literal_end(self.sql, start + quote, body, self.scan),
+                Kind::Str,
+            ),
+            None => (self.word_end(start), Kind::Word),
+        }
+    }
+
+    /// The end of the identifier starting at `start`; a multi-byte character is taken
+    /// whole, so a trail byte that looks like ASCII stays inside it.
+    #[inline]
+    fn word_end(&self, start: usize) -> usize {
+        let sql = self.sql;
+        if self.scan.ascii_safe() {
+            let rest = &sql[start..];
+            return start
+                + rest
+                    .iter()
+                    .position(|&b| !word_byte(b))
+                    .unwrap_or(rest.len());
+        }
+        let mut i = start;
+        while sql.get(i).is_some_and(|&b| word_byte(b)) {
+            i += self.scan.char_len(sql, i);
+        }
+        i
+    }
+
+    /// A dollar-quoted string (`$$...$$`, `$tag$...$tag$`), a parameter (`$1`) or a lone
+    /// `$` (scan.l `dolqfailed`: what follows is read again as a word).
+    fn dollar(&self, start: usize) -> (usize, Kind) {
+        let sql = self.sql;
+        match self.dollar_tag_end(start) {
+            Some(body) => {
+                let tag = &sql[start..body];
+                let end =
+                    memmem::find(&sql[body..], tag).map_or(sql.len(), |n| body + n + tag.len());
+                (end, Kind::Str)
+            }
+            None => (digits_end(sql, start + 1, false), Kind::Other),
+        }
+    }
+
+    /// The end of the opening tag at `start` (scan.l `dolqdelim`: `$`, an optional name in
+    /// the shape of an identifier without `$`, `$`), if it is one.
+    fn dollar_tag_end(&self, start: usize) -> Option<usize> {
+        let sql = self.sql;
+        let mut i = start + 1;
+        match sql.get(i) {
+            Some(b'$') => return Some(i + 1),
+            Some(&b) if word_start(b) => {}
+            _ => return None,
+        }
+        while let Some(&b) = sql.get(i) {
+            match b {
+                b'$' => return Some(i + 1),
+                b if word_byte(b) => i += self.scan.char_len(sql, i),
+                _ => return None,
+            }
+        }
+        None
     }
 }
 
@@ -69,276 +271,61 @@ impl<'a> Iterator for Tokens<'a> {
     type Item = Token<'a>;
 
     fn next(&mut self) -> Option<Token<'a>> {
-        let (token, _) = next_token(self.sql, &mut self.at)?;
+        let (token, _) = self.next_token()?;
         Some(token)
     }
 }
 
-/// Skips whitespace and comments from `*at`; returns false at the end of `sql`.
-fn skip_blank(sql: &[u8], at: &mut usize) -> bool {
-    loop {
-        let Some(&b) = sql.get(*at) else {
-            return false;
-        };
-        match b {
-            b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => *at += 1,
-            b'-' if sql.get(*at + 1) == Some(&b'-') => {
-                *at = memchr::memchr(b'\n', &sql[*at..]).map_or(sql.len(), |n| *at + n + 1);
-            }
-            b'/' if sql.get(*at + 1) == Some(&b'*') => *at = block_comment_end(sql, *at),
-            _ => return true,
-        }
-    }
-}
-
-/// The end of the (nested) block comment starting at `start` (or of `sql`, unterminated).
-fn block_comment_end(sql: &[u8], start: usize) -> usize {
-    let mut depth = 0usize;
-    let mut i = start;
-    while i + 1 < sql.len() {
-        match (sql[i], sql[i + 1]) {
-            (b'/', b'*') => {
-                depth += 1;
-                i += 2;
-            }
-            (b'*', b'/') => {
-                depth -= 1;
-                i += 2;
-                if depth == 0 {
-                    return i;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    sql.len()
-}
-
-/// The end of the quoted run starting at `start` (`quote` doubled inside it is part of it);
-/// with `backslash`, a backslash escapes the next byte (`E''` strings).
-fn quoted_end(sql: &[u8], start: usize, quote: u8, backslash: bool) -> usize {
-    let mut i = start + 1;
-    while i < sql.len() {
-        let b = sql[i];
-        if backslash && b == b'\\' {
-            i += 2;
-        } else if b == quote {
-            if sql.get(i + 1) == Some(&quote) {
-                i += 2;
-            } else {
-                return i + 1;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    sql.len()
-}
-
-/// A dollar quote's opening tag at `start` (`$$`, `$tag$`), as its length.
-fn dollar_tag(sql: &[u8], start: usize) -> Option<usize> {
-    let rest = &sql[start + 1..];
-    let end = rest.iter().position(|&b| !word_byte(b) || b == b'$')?;
-    if rest[end] != b'$' || rest.first().is_some_and(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(end + 2)
-}
-
-/// The next token from `*at`, and whether a top-level `;` ends the statement before it
-/// (then the token is `Punct(b';')`).
-fn next_token<'a>(sql: &'a [u8], at: &mut usize) -> Option<(Token<'a>, bool)> {
-    if !skip_blank(sql, at) {
-        return None;
-    }
-    let start = *at;
-    let b = sql[start];
-    let quote = |from: usize, backslash: bool| (quoted_end(sql, from, b'\'', backslash), true);
-    let (end, literal) = match b {
-        b';' => {
-            *at += 1;
-            return Some((Token::Punct(b';'), true));
-        }
-        b'(' | b')' | b',' | b'=' | b'.' | b'[' | b']' => {
-            *at += 1;
-            return Some((Token::Punct(b), false));
-        }
-        b'"' => {
-            let end = quoted_end(sql, start, b'"', false);
-            *at = end;
-            let inner_end = if end > start + 1 && sql[end - 1] == b'"' {
-                end - 1
-            } else {
-                end
-            };
-            return Some((Token::Quoted(&sql[start + 1..inner_end]), false));
-        }
-        b'\'' => quote(start, false),
-        b'$' => match dollar_tag(sql, start) {
-            Some(tag_len) => {
-                let tag = &sql[start..start + tag_len];
-                let body = start + tag_len;
-                let end = memchr::memmem::find(&sql[body..], tag)
-                    .map_or(sql.len(), |n| body + n + tag_len);
-                (end, true)
-            }
-            // `$1`: a parameter.
-            None => (run_end(sql, start + 1, |b| b.is_ascii_digit()), false),
-        },
-        // E'..' (backslash escapes), B'..', X'..', N'..', U&'..': prefixed literals.
-        b'e' | b'E' if sql.get(start + 1) == Some(&b'\'') => quote(start + 1, true),
-        b'b' | b'B' | b'x' | b'X' | b'n' | b'N' if sql.get(start + 1) == Some(&b'\'') => {
-            quote(start + 1, false)
-        }
-        b'u' | b'U' if sql.get(start + 1..start + 3) == Some(b"&'") => quote(start + 2, false),
-        b if word_start(b) => (run_end(sql, start, word_byte), false),
-        b if b.is_ascii_digit() => (
-            run_end(sql, start, |b| b.is_ascii_alphanumeric() || b == b'.'),
-            false,
-        ),
-        _ => (operator_end(sql, start), false),
-    };
-    *at = end;
-    let text = &sql[start..end];
-    let token = if literal {
-        Token::Str(text)
-    } else if word_start(b) {
-        Token::Word(text)
-    } else {
-        Token::Other(text)
-    };
-    Some((token, false))
-}
-
-/// The end of an operator starting at `start`: a run of operator bytes, stopping before a
-/// comment's start.
-fn operator_end(sql: &[u8], start: usize) -> usize {
-    let mut i = start + 1;
-    while i < sql.len() && b"+-*/<>~!@#%^&|`?:".contains(&sql[i]) {
-        let next = sql.get(i + 1);
-        if (sql[i] == b'-' && next == Some(&b'-')) || (sql[i] == b'/' && next == Some(&b'*')) {
-            break;
-        }
-        i += 1;
-    }
-    i
-}
-
-fn run_end(sql: &[u8], from: usize, keep: impl Fn(u8) -> bool) -> usize {
-    from + sql[from..]
-        .iter()
-        .position(|&b| !keep(b))
-        .unwrap_or(sql.len() - from)
-}
-
-/// The statements of a query text, split at top-level semicolons; empty ones are skipped.
-/// Each is the text from its first token to its end (the semicolon excluded).
+/// The statements of a query text read with [`Scan::STANDARD`]: see [`statements_with`].
 pub fn statements(sql: &[u8]) -> Statements<'_> {
-    Statements { sql, at: 0 }
+    statements_with(sql, Scan::STANDARD)
 }
 
+/// The statements of a query text as a session with the settings `scan` has them read,
+/// split at top-level semicolons; empty ones are skipped. Each is the text from its first
+/// token to the end of its last (the semicolon excluded); read its tokens with
+/// [`Tokens::with`] and the same `scan`.
+///
+/// One difference from PostgreSQL is deliberate: the `;`s inside a `BEGIN ATOMIC ... END`
+/// function body end statements here too (PostgreSQL's grammar, not its scanner, keeps
+/// them in), so such a body's statements are also yielded on their own. Splitting more
+/// never hides a statement PostgreSQL runs; guessing the body's end by keywords (as psql
+/// does) could, since `CASE` and `END` may also be column labels.
+pub fn statements_with(sql: &[u8], scan: Scan) -> Statements<'_> {
+    Statements {
+        tokens: Tokens::with(sql, 0, scan),
+    }
+}
+
+/// The statements of a query text (see [`statements_with`]).
 #[derive(Debug, Clone)]
 pub struct Statements<'a> {
-    sql: &'a [u8],
-    at: usize,
+    tokens: Tokens<'a>,
 }
 
 impl<'a> Iterator for Statements<'a> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
+        let t = &mut self.tokens;
         loop {
-            if !skip_blank(self.sql, &mut self.at) {
+            if !t.skip_blank() {
                 return None;
             }
-            let start = self.at;
+            let start = t.at;
             let mut end = start;
-            while let Some((token, semicolon)) = next_token(self.sql, &mut self.at) {
+            while let Some((_, semicolon)) = t.next_token() {
                 if semicolon {
                     break;
                 }
-                let _ = token;
-                end = self.at;
+                end = t.at;
             }
             if end > start {
-                return Some(&self.sql[start..end]);
+                return Some(&t.sql[start..end]);
             }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(sql: &str) -> Vec<String> {
-        Tokens::new(sql.as_bytes())
-            .map(|t| match t {
-                Token::Word(w) => format!("w:{}", String::from_utf8_lossy(w)),
-                Token::Quoted(q) => format!("q:{}", String::from_utf8_lossy(q)),
-                Token::Str(s) => format!("s:{}", String::from_utf8_lossy(s)),
-                Token::Other(o) => format!("o:{}", String::from_utf8_lossy(o)),
-                Token::Punct(p) => format!("p:{}", p as char),
-            })
-            .collect()
-    }
-
-    fn stmts(sql: &str) -> Vec<String> {
-        statements(sql.as_bytes())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect()
-    }
-
-    #[test]
-    fn literals_and_comments_are_whole_tokens() {
-        assert_eq!(
-            words("SET search_path TO 'a;b' -- set x\n/* SET /* nested */ y */ , \"Q;\"\"x\""),
-            [
-                "w:SET",
-                "w:search_path",
-                "w:TO",
-                "s:'a;b'",
-                "p:,",
-                "q:Q;\"\"x"
-            ]
-        );
-        assert_eq!(
-            words("select $f$ ; set x $f$, $$a$$, $1"),
-            [
-                "w:select",
-                "s:$f$ ; set x $f$",
-                "p:,",
-                "s:$$a$$",
-                "p:,",
-                "o:$1"
-            ]
-        );
-        assert_eq!(
-            words("E'it\\'s; set' U&'d\\0061' x'1f' b'01'"),
-            ["s:E'it\\'s; set'", "s:U&'d\\0061'", "s:x'1f'", "s:b'01'"]
-        );
-        assert_eq!(
-            words("a::int<>-1 /*c*/"),
-            ["w:a", "o:::", "w:int", "o:<>-", "o:1"]
-        );
-    }
-
-    #[test]
-    fn statements_split_at_top_level_semicolons_only() {
-        assert_eq!(
-            stmts("select 1; select ';' ; ;select $$;$$ -- ;\n;/*;*/select \"a;\""),
-            ["select 1", "select ';'", "select $$;$$", "select \"a;\""]
-        );
-        assert_eq!(stmts("  -- only a comment\n ; "), Vec::<String>::new());
-        // Unterminated literals and comments end with the text, never panic.
-        assert_eq!(stmts("select 'abc"), ["select 'abc"]);
-        assert_eq!(stmts("select /* x"), ["select"]);
-        assert_eq!(stmts("select $a$ x"), ["select $a$ x"]);
-    }
-
-    #[test]
-    fn keywords_in_any_case() {
-        let t: Vec<_> = Tokens::new(b"sEt Reset").collect();
-        assert!(t[0].is("set") && t[1].is("reset") && !t[0].is("reset"));
-    }
-}
+mod tests;

@@ -10,6 +10,7 @@ mod differential;
 mod failover;
 mod faults;
 mod kind_checker;
+mod lex_boundaries;
 mod lifecycle;
 mod limits;
 mod model_check;
