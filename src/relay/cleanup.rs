@@ -269,7 +269,8 @@ impl Relay {
                         .and_then(|l| l.sql_prepared_text(name));
                     match body {
                         Some(sql) => {
-                            if let Some(u) = detect::unseen_by_execute(sql.as_bytes()) {
+                            if let Some(u) = detect::unseen_by_execute(sql.as_bytes(), self.scan())
+                            {
                                 srv.mark_unseen(u);
                             }
                         }

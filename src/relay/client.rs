@@ -158,7 +158,9 @@ impl Relay {
                     && (tag == f::QUERY_TAG || tag == f::PARSE_TAG)
                 {
                     let track = self.policy.track_settings;
-                    if let Some(fields) = state_refusal(tag, &self.client.cbuf[..seen], track) {
+                    if let Some(fields) =
+                        state_refusal(tag, &self.client.cbuf[..seen], track, self.scan())
+                    {
                         self.metrics.pooler_error(&fields.code);
                         self.refuse(tag, &fields);
                         continue;

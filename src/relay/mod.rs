@@ -46,6 +46,7 @@ use crate::params::ClientParams;
 use crate::prepared::ClientStatements;
 use crate::protocol::backend;
 use crate::server::{Owed, ServerState};
+use crate::session_state::lex::Scan;
 use pass::Pass;
 use retry::PlanRetry;
 
@@ -357,6 +358,19 @@ impl Relay {
 
     pub fn params_mut(&mut self) -> &mut ClientParams {
         &mut self.client.params
+    }
+
+    /// How the client's texts are read: as PostgreSQL's scanner reads them under the
+    /// session's `standard_conforming_strings` and `client_encoding` (what the client was
+    /// told, ParameterStatus included).
+    pub(super) fn scan(&self) -> Scan {
+        let mut scan = Scan::STANDARD;
+        for name in ["standard_conforming_strings", "client_encoding"] {
+            if let Some(v) = self.client.params.get(name) {
+                scan.observe(name.as_bytes(), v.as_bytes());
+            }
+        }
+        scan
     }
 
     /// Transaction status of the held server's last ReadyForQuery.

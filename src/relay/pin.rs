@@ -13,6 +13,7 @@ use crate::protocol::frontend as f;
 use crate::protocol::sqlstate;
 use crate::server::ServerState;
 use crate::session_state::detect::{effects, plainly_nothing, Discard, Effect, PinReason};
+use crate::session_state::lex::Scan;
 use crate::session_state::settings::changes_privileges;
 
 /// The longest Parse text a server remembers as making no session state.
@@ -101,9 +102,9 @@ fn after_name(body: &[u8]) -> Option<&[u8]> {
 /// The first pin the statements of `sql` make, if any (`track`: settings are followed, not
 /// pinned). A failed or rolled-back statement pins too: pinning more than needed costs a
 /// server, never correctness.
-pub(super) fn pin_of(sql: &[u8], track: bool) -> Option<Pin> {
+pub(super) fn pin_of(sql: &[u8], track: bool, scan: Scan) -> Option<Pin> {
     let mut found = Vec::new();
-    effects(sql, &mut found);
+    effects(sql, scan, &mut found);
     found.into_iter().find_map(|(_, e)| pin_for(&e, track))
 }
 
@@ -312,8 +313,8 @@ impl Pinning {
 
 /// Statement mode's answer to a Query or Parse whose text creates session state: 0A000, as
 /// PgBouncer answers a transaction block there. `None` for any other statement.
-pub(super) fn state_refusal(tag: u8, msg: &[u8], track: bool) -> Option<ErrorFields> {
-    refusal(pin_of(sql_of(tag, msg), track)?, track)
+pub(super) fn state_refusal(tag: u8, msg: &[u8], track: bool, scan: Scan) -> Option<ErrorFields> {
+    refusal(pin_of(sql_of(tag, msg), track, scan)?, track)
 }
 
 fn refusal(pin: Pin, track: bool) -> Option<ErrorFields> {
@@ -376,8 +377,23 @@ impl Relay {
         // (A Parse of `srv.plain_parse`'s text was settled by `plain_parse` before the call.)
         let parse = tag == f::PARSE_TAG;
         let mut found = Vec::new();
-        effects(sql, &mut found);
+        let scan = self.scan();
+        effects(sql, scan, &mut found);
         self.note_unseen(srv, &found, whole);
+        if !srv.replies.is_empty() && memchr::memchr(b'\\', sql).is_some() {
+            // A `SET standard_conforming_strings` still in flight (or a function that made
+            // one) changes how PostgreSQL reads this text, and its ParameterStatus has not
+            // come yet: a text that reads otherwise under the other value is unseen work.
+            let mut other = Vec::new();
+            effects(
+                sql,
+                scan.standard_strings(!scan.is_standard_strings()),
+                &mut other,
+            );
+            if other != found {
+                srv.mark_unseen(crate::session_state::detect::Unseen::Any);
+            }
+        }
         if parse
             && self.policy.tracking
             && self.policy.track_settings
@@ -591,7 +607,11 @@ mod tests {
             ),
         ];
         for (sql, pin) in pins {
-            assert_eq!(pin_of(sql.as_bytes(), false), Some(pin), "{sql}");
+            assert_eq!(
+                pin_of(sql.as_bytes(), false, Scan::STANDARD),
+                Some(pin),
+                "{sql}"
+            );
         }
         for sql in [
             "select 'SET search_path TO a'",
@@ -600,7 +620,7 @@ mod tests {
             "select pg_advisory_xact_lock(1)",
             "begin; select 1; commit",
         ] {
-            assert_eq!(pin_of(sql.as_bytes(), false), None, "{sql}");
+            assert_eq!(pin_of(sql.as_bytes(), false, Scan::STANDARD), None, "{sql}");
         }
     }
 

@@ -22,6 +22,7 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend as f;
 use crate::server::ServerState;
 use crate::session_state::detect::{Discard, Effect};
+use crate::session_state::lex::Scan;
 use crate::session_state::settings::{changes_privileges, Kind, Settings};
 
 /// One step of a batch, as far as settings are concerned.
@@ -168,9 +169,9 @@ fn followed(e: &Effect, listening: bool) -> Option<Step> {
 }
 
 /// The steps statement text `sql` makes, as a Parse of it was read.
-fn steps_of(sql: &[u8], listening: bool) -> Vec<Step> {
+fn steps_of(sql: &[u8], listening: bool, scan: Scan) -> Vec<Step> {
     let mut found = Vec::new();
-    crate::session_state::detect::effects(sql, &mut found);
+    crate::session_state::detect::effects(sql, scan, &mut found);
     found
         .iter()
         .filter_map(|(_, e)| followed(e, listening))
@@ -446,6 +447,7 @@ impl Relay {
     /// statement's steps count when a portal bound to it runs, and a Sync ends an implicit
     /// transaction.
     pub(super) fn note_extended(&mut self, tag: u8, msg: &[u8]) {
+        let scan = self.scan();
         let Some(log) = self.client.log.as_deref_mut() else {
             return;
         };
@@ -463,7 +465,7 @@ impl Relay {
                         self.statements
                             .get(name)
                             .and_then(|k| f::parse_parts(&k.parse).ok())
-                            .map(|(_, sql, _)| (portal.to_vec(), steps_of(sql, listening)))
+                            .map(|(_, sql, _)| (portal.to_vec(), steps_of(sql, listening, scan)))
                             .filter(|(_, steps)| !steps.is_empty())
                     }
                     _ => None,

@@ -272,7 +272,7 @@ impl Relay {
     /// `sql` is (one namespace: a name the client made with SQL `PREPARE` is not one).
     fn executed(&self, sql: &[u8]) -> Option<Executed> {
         let mut found = Vec::new();
-        effects(sql, &mut found);
+        effects(sql, self.scan(), &mut found);
         let [(0, Effect::Execute { name })] = found.as_slice() else {
             return None;
         };
@@ -293,7 +293,7 @@ impl Relay {
     /// `PREPARE` is not one).
     fn deallocated(&self, sql: &[u8]) -> Option<(Bytes, Arc<Kept>)> {
         let mut found = Vec::new();
-        effects(sql, &mut found);
+        effects(sql, self.scan(), &mut found);
         let [(0, Effect::Deallocate { name: Some(name) })] = found.as_slice() else {
             return None;
         };
@@ -459,7 +459,8 @@ impl Relay {
         if signal.is_some() {
             self.kept_texts.add(KeptTexts::SIGNALS);
         }
-        let unseen = text.and_then(detect::unseen);
+        let scan = self.scan();
+        let unseen = text.and_then(|t| detect::unseen(t, scan));
         let kept = self
             .statements
             .insert(name.clone(), needs, subscribes, signal, unseen, |id| {
@@ -572,7 +573,7 @@ impl Relay {
             // Parsed in an earlier transaction, bound here: what it does is done here.
             if let Some(u) = f::parse_parts(&parse)
                 .ok()
-                .and_then(|(_, sql, _)| detect::unseen(sql))
+                .and_then(|(_, sql, _)| detect::unseen(sql, self.scan()))
             {
                 srv.mark_unseen(u);
             }

@@ -218,6 +218,7 @@ pub(super) fn effects_of_calls(tokens: &[Token<'_>], emit: &mut dyn FnMut(Effect
 mod tests {
     use super::*;
     use crate::session_state::detect::{effects, unseen};
+    use crate::session_state::lex::Scan;
 
     /// What drivers, ORMs and benchmarks send every day calls only built-ins (a clean-up
     /// there would cost every handoff).
@@ -247,7 +248,7 @@ mod tests {
             "SELECT pg_catalog.set_config('search_path', '', true)",
             "COPY t (a, b) FROM STDIN",
         ] {
-            assert_eq!(unseen(sql.as_bytes()), None, "{sql}");
+            assert_eq!(unseen(sql.as_bytes(), Scan::STANDARD), None, "{sql}");
         }
     }
 
@@ -280,11 +281,15 @@ mod tests {
                 Unseen::Any,
             ),
         ] {
-            assert_eq!(unseen(sql.as_bytes()), Some(want), "{sql}");
+            assert_eq!(unseen(sql.as_bytes(), Scan::STANDARD), Some(want), "{sql}");
         }
         // Known calls keep their meaning in any statement.
         let mut out = Vec::new();
-        effects(b"INSERT INTO t VALUES (pg_advisory_lock(1))", &mut out);
+        effects(
+            b"INSERT INTO t VALUES (pg_advisory_lock(1))",
+            Scan::STANDARD,
+            &mut out,
+        );
         assert_eq!(out, vec![(0, Effect::Pin(PinReason::AdvisoryLock))]);
     }
 

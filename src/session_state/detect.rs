@@ -9,7 +9,7 @@
 //! function names that can change a session only when its text holds one of them.
 
 use super::calls;
-use super::lex::{statements, Token, Tokens};
+use super::lex::{statements, statements_with, Scan, Token, Tokens};
 
 /// What a statement does, as far as the pooler must know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,17 +108,17 @@ pub enum Discard {
 /// The effects of every statement of `sql`, in order, each with the number of its
 /// statement (from 0): a multi-statement Query's effects stick only as far as its
 /// statements succeed.
-pub fn effects(sql: &[u8], out: &mut Vec<(usize, Effect)>) {
+pub fn effects(sql: &[u8], scan: Scan, out: &mut Vec<(usize, Effect)>) {
     if plainly_nothing(sql) {
         return;
     }
     if let Some(stmt) = single(sql) {
         // One statement (the usual case): no need to lex it for its boundaries.
-        statement_effects(stmt, &mut |e| out.push((0, e)));
+        statement_effects(stmt, scan, &mut |e| out.push((0, e)));
         return;
     }
-    for (i, stmt) in statements(sql).enumerate() {
-        statement_effects(stmt, &mut |e| out.push((i, e)));
+    for (i, stmt) in statements_with(sql, scan).enumerate() {
+        statement_effects(stmt, scan, &mut |e| out.push((i, e)));
     }
 }
 
@@ -385,9 +385,9 @@ fn identifier(mut name: String) -> String {
 
 /// The most that the unseen work of `sql` (a Query's or Parse's text) may have left on its
 /// server, if it does any.
-pub fn unseen(sql: &[u8]) -> Option<Unseen> {
+pub fn unseen(sql: &[u8], scan: Scan) -> Option<Unseen> {
     let mut out = Vec::new();
-    effects(sql, &mut out);
+    effects(sql, scan, &mut out);
     unseen_in(&out)
 }
 
@@ -405,8 +405,8 @@ pub fn unseen_in(found: &[(usize, Effect)]) -> Option<Unseen> {
 /// What an `EXECUTE` of SQL prepared statement `prepare` (its `PREPARE name AS ...` text)
 /// may leave on its server: the statement runs where the pooler cannot read it, so whatever
 /// it would do to the session (a setting, a lock, a call) counts as unseen work.
-pub fn unseen_by_execute(prepare: &[u8]) -> Option<Unseen> {
-    let mut t = Tokens::new(prepare);
+pub fn unseen_by_execute(prepare: &[u8], scan: Scan) -> Option<Unseen> {
+    let mut t = Tokens::with(prepare, 0, scan);
     let mut depth = 0u32;
     let body = loop {
         match t.next()? {
@@ -422,7 +422,7 @@ pub fn unseen_by_execute(prepare: &[u8]) -> Option<Unseen> {
         }
     };
     let mut out = Vec::new();
-    statement_effects(body, &mut |e| out.push((0, e)));
+    statement_effects(body, scan, &mut |e| out.push((0, e)));
     match unseen_in(&out) {
         Some(u) => Some(u),
         None => out
@@ -455,11 +455,11 @@ fn text(stmt: &[u8]) -> String {
 }
 
 /// The effects of one statement.
-pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+pub fn statement_effects(stmt: &[u8], scan: Scan, emit: &mut dyn FnMut(Effect)) {
     let (w, mut t) = match plain_first_word(stmt) {
-        Some((w, end)) => (w, Tokens::from(stmt, end)),
+        Some((w, end)) => (w, Tokens::with(stmt, end, scan)),
         None => {
-            let mut t = Tokens::new(stmt);
+            let mut t = Tokens::with(stmt, 0, scan);
             let Some(Token::Word(w)) = t.next() else {
                 return;
             };
@@ -476,10 +476,12 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
     kw.make_ascii_lowercase();
     let kw: &[u8] = kw;
     match kw {
-        b"select" | b"with" | b"values" => functions(stmt, emit),
-        b"do" if unlistens_if_listening(t.clone()) => emit(Effect::Unlisten { channel: None }),
+        b"select" | b"with" | b"values" => functions(stmt, scan, emit),
+        b"do" if unlistens_if_listening(t.clone(), scan) => {
+            emit(Effect::Unlisten { channel: None })
+        }
         b"do" | b"call" => emit(Effect::Unseen(Unseen::Any)),
-        b"explain" => explain(stmt, t, emit),
+        b"explain" => explain(stmt, t, scan, emit),
         b"set" => set(stmt, t, emit),
         b"reset" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::ResetAll),
@@ -522,11 +524,11 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             if names_temp_schema(t) {
                 emit(Effect::Pin(PinReason::TempTable));
             }
-            calls(stmt, emit);
+            calls(stmt, scan, emit);
         }
         b"declare" => {
             declare(t, emit);
-            calls(stmt, emit);
+            calls(stmt, scan, emit);
         }
         b"close" => match t.next() {
             Some(n) if n.is("all") => emit(Effect::Close { name: None }),
@@ -592,7 +594,7 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
             }
         }
         // INSERT, UPDATE, DELETE, MERGE, COPY, ALTER, ...: what they call.
-        _ => calls(stmt, emit),
+        _ => calls(stmt, scan, emit),
     }
 }
 
@@ -602,7 +604,7 @@ pub fn statement_effects(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
 /// is taken for `UNLISTEN *` (on a pooled server the function lists nothing, and the client's
 /// subscriptions through the pool's listening connection would otherwise outlive the reset).
 /// Only a dollar-quoted body is read, as SQL tokens; any other `DO` is left to its server.
-fn unlistens_if_listening(mut t: Tokens<'_>) -> bool {
+fn unlistens_if_listening(mut t: Tokens<'_>, scan: Scan) -> bool {
     let body = loop {
         match t.next() {
             Some(Token::Str(s)) if s.first() == Some(&b'$') => break s,
@@ -638,7 +640,7 @@ fn unlistens_if_listening(mut t: Tokens<'_>) -> bool {
         "end",
         "not",
     ];
-    let only_reset = Tokens::new(code).all(|t| match t {
+    let only_reset = Tokens::with(code, 0, scan).all(|t| match t {
         Token::Word(_) => WORDS.iter().any(|w| t.is(w)),
         Token::Punct(_) => true,
         Token::Other(o) => o == b"*" || o == b";" || o.iter().all(u8::is_ascii_digit),
@@ -647,7 +649,7 @@ fn unlistens_if_listening(mut t: Tokens<'_>) -> bool {
     if !only_reset {
         return false;
     }
-    let mut words = Tokens::new(code);
+    let mut words = Tokens::with(code, 0, scan);
     let mut asks = false;
     while let Some(w) = words.next() {
         if w.is("pg_listening_channels") {
@@ -833,12 +835,12 @@ fn declare(t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
 
 /// The calls of a `SELECT` (or `WITH`, `VALUES`) and its `INTO TEMP` (or `INTO
 /// pg_temp.name`). A text with no `(` and no `into` is not lexed.
-fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+fn functions(stmt: &[u8], scan: Scan, emit: &mut dyn FnMut(Effect)) {
     let called = memchr::memchr(b'(', stmt).is_some();
     if !called && !has_word(stmt, b"into", 3) {
         return;
     }
-    let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
+    let tokens: Vec<Token<'_>> = Tokens::with(stmt, 0, scan).collect();
     if called {
         calls::effects_of_calls(&tokens, emit);
     }
@@ -859,11 +861,11 @@ fn functions(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
 }
 
 /// The effects of what statement `stmt` calls, where it holds a `(`.
-fn calls(stmt: &[u8], emit: &mut dyn FnMut(Effect)) {
+fn calls(stmt: &[u8], scan: Scan, emit: &mut dyn FnMut(Effect)) {
     if memchr::memchr(b'(', stmt).is_none() {
         return;
     }
-    let tokens: Vec<Token<'_>> = Tokens::new(stmt).collect();
+    let tokens: Vec<Token<'_>> = Tokens::with(stmt, 0, scan).collect();
     calls::effects_of_calls(&tokens, emit);
 }
 
@@ -896,7 +898,7 @@ fn is_temp_schema(name: &[u8]) -> bool {
 
 /// `EXPLAIN [ANALYZE] [VERBOSE] [(options)] statement`: what it calls may run while it is
 /// planned (a function folded as immutable), and with `ANALYZE` the statement runs.
-fn explain(stmt: &[u8], t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
+fn explain(stmt: &[u8], t: Tokens<'_>, scan: Scan, emit: &mut dyn FnMut(Effect)) {
     let mut analyze = false;
     let mut depth = 0u32;
     let mut inner = None;
@@ -917,9 +919,9 @@ fn explain(stmt: &[u8], t: Tokens<'_>, emit: &mut dyn FnMut(Effect)) {
         return;
     };
     if analyze {
-        statement_effects(&stmt[at..], emit);
+        statement_effects(&stmt[at..], scan, emit);
     } else {
-        calls(&stmt[at..], &mut |e| {
+        calls(&stmt[at..], scan, &mut |e| {
             if matches!(e, Effect::Unseen(_)) {
                 emit(e)
             }

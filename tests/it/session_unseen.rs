@@ -34,6 +34,8 @@ enum Step {
     /// A Query of a `SELECT` with a literal longer than the pooler reads at once, then
     /// the statement.
     Long(&'static str),
+    /// Simple Queries sent in one write, before any answer is read (a raw connection).
+    Pipelined(&'static [&'static str]),
 }
 
 /// A case: what A runs, what B asks, and whether A is pinned (B then waits for A's server)
@@ -269,6 +271,28 @@ const CASES: &[Case] = &[
         followed: false,
     },
     Case {
+        name: "a SET ROLE after what reads as two literals with standard_conforming_strings on",
+        a: &[
+            Step::Q("SET standard_conforming_strings = off"),
+            Step::Q("SELECT 'a\\''; SET ROLE unseen_secret; --'"),
+        ],
+        probe: "SELECT current_user::text",
+        pins: (true, true),
+        followed: false,
+    },
+    Case {
+        name: "the same, sent before the setting's ParameterStatus came back",
+        a: &[Step::Pipelined(&[
+            "SET standard_conforming_strings = off",
+            "SELECT 'a\\''; SET ROLE unseen_secret; --'",
+        ])],
+        probe: "SELECT current_user::text",
+        // `pin` pins for the SET; under `track` the second text reads otherwise under the
+        // setting in flight, so the server is cleaned for the next client.
+        pins: (true, false),
+        followed: false,
+    },
+    Case {
         name: "a SET ROLE after a -- comment ended by CR",
         a: &[Step::Q("--x\rSET ROLE unseen_secret")],
         probe: "SELECT current_user::text",
@@ -342,8 +366,8 @@ async fn run_a(c: &Client, port: u16, steps: &[Step]) {
                 let text = format!("SELECT '{}'; {sql}", "x".repeat(40_000));
                 c.simple_query(&text).await.expect("the long text");
             }
-            Step::FastpathSetConfig(_) => {
-                // Run on its own connection by `run_a_raw`.
+            Step::FastpathSetConfig(_) | Step::Pipelined(_) => {
+                // Run on a raw connection of their own (`a_runs`).
                 let _ = port;
             }
         }
@@ -405,6 +429,22 @@ async fn a_runs(
         return Holder {
             _client: None,
             _raw: Some(raw_fastpath(port, v).await),
+        };
+    }
+    if let [Step::Pipelined(texts)] = case.a {
+        drop(connect);
+        let mut r = Raw::connect(port, USER, DB).await;
+        let mut bytes = Vec::new();
+        for t in *texts {
+            bytes.extend_from_slice(&crate::support::raw::query(t));
+        }
+        r.send(&bytes).await;
+        for _ in *texts {
+            r.until_ready().await;
+        }
+        return Holder {
+            _client: None,
+            _raw: Some(r),
         };
     }
     let c = connect.await;

@@ -4,7 +4,7 @@ use super::*;
 
 fn all(sql: &str) -> Vec<(usize, Effect)> {
     let mut out = Vec::new();
-    effects(sql.as_bytes(), &mut out);
+    effects(sql.as_bytes(), Scan::STANDARD, &mut out);
     out
 }
 
