@@ -137,6 +137,13 @@ mkdir -p "$OUT/parent"
 validate_manifests "$OUT/parent/parent-chart.yaml"
 "$PY" scripts/check_packaging.py restricted "$OUT/parent/parent-chart.yaml" || die "the parent chart breaks the restricted profile"
 "$PY" scripts/check_packaging.py parent "$OUT/parent/parent-chart.yaml" || die "the sidecar helper in the parent chart"
+# Before 1.29 (no native sidecars; the node of tests/kind/e2e.sh runs 1.20) the same chart
+# renders the classic container from the cluster's version.
+"$HELM" template orders "$parent" --namespace shop --kube-version 1.20.2 >"$OUT/parent-classic.yaml" \
+  || die "helm template --kube-version 1.20.2 (parent chart)"
+validate_manifests "$OUT/parent-classic.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT/parent-classic.yaml" || die "the classic sidecar breaks the restricted profile"
+"$PY" scripts/check_packaging.py parent-classic "$OUT/parent-classic.yaml" || die "the classic sidecar helper in the parent chart"
 
 # Values the schema or the templates must refuse, each with the message it must give.
 refuse() {
@@ -283,7 +290,8 @@ section "yamllint"
 # --- shell scripts ------------------------------------------------------------
 section "shell scripts (bash -n, shellcheck)"
 scripts=(tests/kind/*.sh chaos/gameday/run.sh chaos/gameday/switchover.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
-  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh)
+  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh
+  scripts/k8s-node.sh scripts/k8s-node/*.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done
