@@ -195,7 +195,29 @@ validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
 "$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
-"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
+# On the node (STAGE_CLUSTER=node, Kubernetes 1.20): the same without the static native
+# sidecar, and the sidecar app through the chart's helper (tests/kind/sidecar-app) rendered
+# for 1.20 (the classic container) and for the default version (native).
+"$KUBECTL" kustomize tests/kind/node >"$OUT/kustomize/node-e2e.yaml" || die "kubectl kustomize tests/kind/node"
+validate_manifests "$OUT/kustomize/node-e2e.yaml"
+rm -rf "$OUT/sidecar-app"
+cp -r tests/kind/sidecar-app "$OUT/sidecar-app"
+"$HELM" dependency build "$OUT/sidecar-app" >"$OUT/sidecar-app-dependency.log" 2>&1 \
+  || {
+    cat "$OUT/sidecar-app-dependency.log" >&2
+    die "helm dependency build of tests/kind/sidecar-app"
+  }
+"$HELM" lint --strict --quiet "$OUT/sidecar-app" >"$OUT/lint-sidecar-app.log" 2>&1 \
+  || {
+    cat "$OUT/lint-sidecar-app.log" >&2
+    die "helm lint --strict (tests/kind/sidecar-app)"
+  }
+"$HELM" template demo-app "$OUT/sidecar-app" --namespace droid-pool-demo --kube-version 1.20.2 \
+  >"$OUT/kustomize/sidecar-app-classic.yaml" || die "helm template tests/kind/sidecar-app (1.20)"
+"$HELM" template demo-app "$OUT/sidecar-app" --namespace droid-pool-demo \
+  >"$OUT/kustomize/sidecar-app-native.yaml" || die "helm template tests/kind/sidecar-app"
+validate_manifests "$OUT"/kustomize/sidecar-app-{classic,native}.yaml
+"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e,node-e2e,sidecar-app-classic,sidecar-app-native}.yaml \
   || die "deploy/ or tests/kind/manifests breaks the restricted profile"
 "$PY" scripts/check_packaging.py restricted deploy/operator/namespaced.yaml \
   || die "deploy/operator/namespaced.yaml breaks the restricted profile"
@@ -297,7 +319,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
+  tests/kind/prepared_checks.py tests/kind/partition.py tests/kind/prometheus_config.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"

@@ -17,16 +17,21 @@ Usage, in an application's pod template (this chart as a dependency, or a copy o
           {{- include "droid-pool.sidecarPodLabels" (dict "poolConfig" "orders") | nindent 10 }}
       spec:
         terminationGracePeriodSeconds: 45   # app drain + pooler accept_window + margin (see README)
+        {{- $sidecar := dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders" "kubeVersion" $.Capabilities.KubeVersion.Version }}
+        {{- with include "droid-pool.sidecarInitContainers" $sidecar }}
         initContainers:
-          {{- include "droid-pool.sidecarInitContainers" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders" "kubeVersion" $.Capabilities.KubeVersion.Version) | nindent 10 }}
+          {{- . | nindent 10 }}
+        {{- end }}
         containers:
-          {{- include "droid-pool.sidecarContainers" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders" "kubeVersion" $.Capabilities.KubeVersion.Version) | nindent 10 }}
+          {{- with include "droid-pool.sidecarContainers" $sidecar }}
+          {{- . | nindent 10 }}
+          {{- end }}
           - name: app
             env:
               - name: DATABASE_URL
                 value: postgres://app@127.0.0.1:6432/app
         volumes:
-          {{- include "droid-pool.sidecarVolumes" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders") | nindent 10 }}
+          {{- include "droid-pool.sidecarVolumes" $sidecar | nindent 10 }}
 
 Arguments (a dict; all but configMap optional):
   configMap              required: the ConfigMap with key droid-pool.yaml, e.g. the one a
