@@ -105,7 +105,10 @@ leftovers() {
   ours_in_iptables | sed 's/^/rule /'
   for f in /sys/fs/cgroup/*/kubepods; do [[ -d $f ]] && echo "cgroup $f"; done
   if [[ -f $D/sysctl.before ]]; then
-    diff <(cat "$D/sysctl.before") <(snapshot_sysctls) | sed -n 's/^> /sysctl /p' || true
+    local k v
+    while IFS='=' read -r k v; do
+      [[ $(sysctl -n "$k" 2>/dev/null) == "$v" ]] || echo "sysctl $k=$(sysctl -n "$k" 2>/dev/null) (was $v)"
+    done <"$D/sysctl.before"
   fi
   if [[ -f $D/created-dirs ]]; then
     while read -r f; do [[ -e $f ]] && echo "directory $f"; done <"$D/created-dirs"
@@ -347,12 +350,16 @@ kill_pods() {
 down() {
   BIN=$(bin_dir)
   local t c s
+  # Nothing new is scheduled or replaced from here on.
+  stop kcm
+  stop scheduler
   if alive kubelet && alive apiserver; then
     # Pods first, gracefully, while the kubelet still runs them.
     timeout 60 "$BIN/kubectl" --kubeconfig "$R/admin.kubeconfig" delete pod --all --all-namespaces \
       --grace-period=2 --wait=true >/dev/null 2>&1 || true
   fi
   stop dns
+  [[ -f $D/dns/dnsmasq.pid ]] && kill "$(cat "$D/dns/dnsmasq.pid")" 2>/dev/null
   stop prometheus
   stop proxy
   stop kubelet
@@ -370,8 +377,6 @@ down() {
       containerd-shim*) tr '\0' ' ' <"$s/cmdline" 2>/dev/null | grep -q -- "$D/" && kill -9 "${s#/proc/}" 2>/dev/null ;;
     esac
   done
-  stop scheduler
-  stop kcm
   stop apiserver
   stop etcd
   stop mntns

@@ -60,8 +60,11 @@ figure() { echo "$*" | tee -a "$WORK/figures.txt" >&2; }
 cleanup() {
   local status=$? pid
   for pid in "${PIDS[@]}"; do
+    # A backgrounded function is a subshell: its kubectl is a child of it.
+    pkill -P "$pid" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
   done
+  sleep 1
   if [[ $STAGE_CLUSTER == node ]]; then
     if [[ -f $WORK/partition.json ]]; then
       python3 tests/kind/partition.py heal "$WORK/partition.json" || true
