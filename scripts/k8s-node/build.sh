@@ -63,7 +63,7 @@ for b in $(missing); do what+=("cmd/$b"); done
 echo "k8s-node build: ${what[*]} (one make; ~15 minutes cold on 2 cores)" >&2
 cd "$W/gopath/src/k8s.io/kubernetes"
 env PATH="/usr/lib/go-1.19/bin:$PATH" GOPATH="$W/gopath" GOCACHE="$W/gocache" CGO_ENABLED=0 \
-  GOPROXY=off GOFLAGS= nice make WHAT="${what[*]}" >&2
+  GOPROXY=off GOFLAGS= make WHAT="${what[*]}" >&2
 for b in $(missing); do cp "_output/local/bin/linux/amd64/$b" "$W/bin/"; done
 rm -rf "$W/gocache" "$K/_output"
 [[ -z $(missing) ]] || { echo "k8s-node build: still missing: $(missing)" >&2; exit 1; }
