@@ -53,6 +53,7 @@ SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.all.rout
 OURS='KUBE-|CNI-|DPNODE-'
 LINKS='^(dpnode0|dpbr0)$'
 log() { echo "k8s-node: $*" >&2; }
+trap 'log "failed (line $LINENO): $BASH_COMMAND"' ERR
 die() {
   log "$*"
   exit 1
@@ -93,8 +94,8 @@ leftovers() {
   done
   for f in /proc/[0-9]*; do
     [[ ${f#/proc/} == "$$" || ${f#/proc/} == "$BASHPID" ]] && continue
-    if tr '\0' ' ' <"$f/cmdline" 2>/dev/null | grep -q -- "$D/"; then
-      echo "process ${f#/proc/}: $(tr '\0' ' ' <"$f/cmdline" 2>/dev/null | cut -c1-120)"
+    if { tr '\0' ' ' <"$f/cmdline"; } 2>/dev/null | grep -q -- "$D/"; then
+      echo "process ${f#/proc/}: $({ tr '\0' ' ' <"$f/cmdline"; } 2>/dev/null | cut -c1-120)"
     elif grep -q '/kubepods' "$f/cgroup" 2>/dev/null; then
       echo "process ${f#/proc/} in a kubepods cgroup: $(cat "$f/comm" 2>/dev/null)"
     fi
@@ -406,8 +407,8 @@ unchain() {
   local cmd t r ch
   for cmd in iptables ip6tables; do
     for t in filter nat mangle raw; do
-      "$cmd-save" -t "$t" 2>/dev/null | grep -E "^-A [^ ]+ .*-j ($OURS)" | grep -vE "^-A ($OURS)" | sed 's/^-A/-D/' \
-        | while read -r r; do eval "$cmd -t $t $r" 2>/dev/null || true; done
+      { "$cmd-save" -t "$t" 2>/dev/null | grep -E "^-A [^ ]+ .*-j ($OURS)" | grep -vE "^-A ($OURS)" || true; } \
+        | sed 's/^-A/-D/' | while read -r r; do eval "$cmd -t $t $r" 2>/dev/null || true; done
       for ch in $("$cmd-save" -t "$t" 2>/dev/null | grep -oE "^:($OURS)[^ ]+" | tr -d :); do "$cmd" -t "$t" -F "$ch" 2>/dev/null || true; done
       for ch in $("$cmd-save" -t "$t" 2>/dev/null | grep -oE "^:($OURS)[^ ]+" | tr -d :); do "$cmd" -t "$t" -X "$ch" 2>/dev/null || true; done
     done
