@@ -319,7 +319,7 @@ for s in "${scripts[@]}"; do
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py tests/kind/partition.py tests/kind/prometheus_config.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
+  tests/kind/prepared_checks.py tests/kind/partition.py tests/kind/prometheus_config.py tests/kind/k8s_sd_bridge.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"

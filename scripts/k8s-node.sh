@@ -362,6 +362,7 @@ down() {
   stop dns
   [[ -f $D/dns/dnsmasq.pid ]] && kill "$(cat "$D/dns/dnsmasq.pid")" 2>/dev/null
   stop prometheus
+  stop sd-bridge
   stop proxy
   stop kubelet
   if [[ -S $D/containerd/containerd.sock ]]; then

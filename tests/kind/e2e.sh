@@ -159,6 +159,15 @@ wait_metric() {
   fail "$name is '$got', want '$want'"
 }
 
+# The first pod with label selector $1 that runs and is not being deleted.
+running_pod() {
+  kn get pod -l "$1" -o json | python3 -c '
+import json, sys
+pods = [p for p in json.load(sys.stdin)["items"]
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+print(pods[0]["metadata"]["name"] if pods else "")'
+}
+
 restarts() { kn get pod "$1" -o jsonpath='{.status.initContainerStatuses[*].restartCount} {.status.containerStatuses[*].restartCount}'; }
 
 # --- 1. cluster, image, chart -------------------------------------------------
@@ -363,7 +372,8 @@ pass "chaos $chaos_manifest: pooler live throughout, failing fast, serving again
 # runs: the transaction commits, the client then sees 57P01 or a clean close at its
 # boundary, and the pod is gone before its grace period. The sidecar's log (SIGTERM's drain
 # line to its last line, timestamped by the kubelet) gives the SIGTERM-to-exit time.
-app_pod=$(kn get pod -l app.kubernetes.io/name=demo-app -o jsonpath='{.items[0].metadata.name}')
+app_pod=$(running_pod app.kubernetes.io/name=demo-app)
+[[ -n $app_pod ]] || fail "drain: no running app pod"
 grace=$(kn get pod "$app_pod" -o jsonpath='{.spec.terminationGracePeriodSeconds}')
 kn exec client -- psql -h postgres -U app -d app -v ON_ERROR_STOP=1 -qc \
   'create table if not exists drain_probe (token text primary key, at timestamptz default now())' \

@@ -2,7 +2,9 @@
 # Stage 8 of tests/kind/e2e.sh on the node: Debian's Prometheus, on the node's host, discovers
 # the pooler pods through the API server as the chart's PodMonitors select them
 # (tests/kind/prometheus_config.py), scrapes every one, and evaluates deploy/prometheus/'s
-# rules on those scrapes.
+# rules on those scrapes. Debian's Prometheus has no kubernetes_sd_configs: the pods come
+# through http_sd_configs from tests/kind/k8s_sd_bridge.py, which lists them from the API
+# server with kubernetes_sd's role-pod labels.
 #   prometheus-stage.sh KUBECONFIG WORK_DIR
 set -euo pipefail
 kcfg=$1
@@ -17,13 +19,24 @@ mkdir -p "$dir/data"
 cp deploy/prometheus/droid-pool-rules.yaml "$dir/"
 helm template droid-pool charts/droid-pool --namespace droid-pool-system \
   --set metrics.podMonitor.enabled=true >"$dir/chart.yaml"
-python3 tests/kind/prometheus_config.py "$dir/chart.yaml" "$kcfg" droid-pool-rules.yaml >"$dir/prometheus.yml"
+sd_port=29091
+python3 tests/kind/prometheus_config.py "$dir/chart.yaml" "http://127.0.0.1:$sd_port/pods" droid-pool-rules.yaml \
+  >"$dir/prometheus.yml"
 promtool check config "$dir/prometheus.yml" >&2
+python3 tests/kind/k8s_sd_bridge.py "$kcfg" "$sd_port" >"$dir/sd-bridge.log" 2>&1 &
+echo $! >"$node_dir/pids/sd-bridge.pid"
 # Started as one of the node's processes: `scripts/k8s-node.sh down` stops it too.
 prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
   --web.listen-address="127.0.0.1:$port" >"$dir/prometheus.log" 2>&1 &
 echo $! >"$node_dir/pids/prometheus.pid"
-trap 'kill "$(cat "$node_dir/pids/prometheus.pid")" 2>/dev/null; rm -f "$node_dir/pids/prometheus.pid"' EXIT
+stop() {
+  local n
+  for n in prometheus sd-bridge; do
+    kill "$(cat "$node_dir/pids/$n.pid")" 2>/dev/null
+    rm -f "$node_dir/pids/$n.pid"
+  done
+}
+trap stop EXIT
 started=$(date +%s)
 # The pooler pods the PodMonitors select, as the API server lists them.
 want=$(kubectl --kubeconfig "$kcfg" get pods --all-namespaces --field-selector=status.phase=Running \

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The Prometheus configuration the Prometheus Operator would generate from the chart's
 PodMonitors (stage 8 of tests/kind/e2e.sh on the node, where no Prometheus Operator runs):
-one job per PodMonitor endpoint, pods discovered through the API server
-(kubernetes_sd_configs, role pod), kept by the PodMonitor's matchLabels and port name, its
-relabelings applied; and deploy/prometheus/'s rules.
+one job per PodMonitor endpoint, pods discovered through the API server, kept by the
+PodMonitor's matchLabels and port name, its relabelings applied; and deploy/prometheus/'s
+rules. Debian's prometheus is built without kubernetes_sd_configs: the pods come from
+tests/kind/k8s_sd_bridge.py (http_sd_configs), which lists them through the API server with
+kubernetes_sd's role-pod labels.
 
-  prometheus_config.py RENDERED_CHART KUBECONFIG RULES_FILE > prometheus.yml"""
+  prometheus_config.py RENDERED_CHART SD_URL RULES_FILE > prometheus.yml"""
 import re
 import sys
 
@@ -16,15 +18,17 @@ def sanitize(name):
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-def jobs(monitor, api):
+def jobs(monitor, sd_url):
     spec = monitor["spec"]
     ns = monitor["metadata"]["namespace"]
     sel = spec.get("namespaceSelector") or {}
-    sd = dict(api, role="pod")
-    if not sel.get("any"):
-        sd["namespaces"] = {"names": sel.get("matchNames") or [ns]}
+    sd = {"url": sd_url, "refresh_interval": "5s"}
+    namespaces = [] if sel.get("any") else (sel.get("matchNames") or [ns])
     for i, ep in enumerate(spec["podMetricsEndpoints"]):
         relabel = []
+        if namespaces:
+            relabel.append({"source_labels": ["__meta_kubernetes_namespace"],
+                            "regex": "|".join(re.escape(n) for n in namespaces), "action": "keep"})
         for k, v in (spec["selector"].get("matchLabels") or {}).items():
             relabel.append({"source_labels": [f"__meta_kubernetes_pod_label_{sanitize(k)}",
                                               f"__meta_kubernetes_pod_labelpresent_{sanitize(k)}"],
@@ -40,23 +44,17 @@ def jobs(monitor, api):
                             "target_label": r["targetLabel"], "action": "replace"})
         yield {"job_name": f"podMonitor/{ns}/{monitor['metadata']['name']}/{i}",
                "metrics_path": ep.get("path", "/metrics"), "scrape_interval": "5s",
-               "kubernetes_sd_configs": [sd], "relabel_configs": relabel}
+               "http_sd_configs": [sd], "relabel_configs": relabel}
 
 
-def main(rendered, kubeconfig, rules):
-    with open(kubeconfig) as f:
-        kc = yaml.safe_load(f)
-    cluster = kc["clusters"][0]["cluster"]
-    token = kc["users"][0]["user"]["token"]
-    api = {"api_server": cluster["server"], "authorization": {"credentials": token},
-           "tls_config": {"insecure_skip_verify": True}}
+def main(rendered, sd_url, rules):
     with open(rendered) as f:
         monitors = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "PodMonitor"]
     if not monitors:
         sys.exit("prometheus_config: the chart rendered no PodMonitor")
     config = {"global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
               "rule_files": [rules],
-              "scrape_configs": [j for m in monitors for j in jobs(m, api)]}
+              "scrape_configs": [j for m in monitors for j in jobs(m, sd_url)]}
     yaml.safe_dump(config, sys.stdout, sort_keys=False)
 
 
