@@ -24,7 +24,8 @@
 #   4. PoolConfig changes reach running poolers without a restart: poolSize of the deployed
 #      pooler, and the sidecars' share of maxServerConnections when the app is scaled
 #   5. rolling restart of the pooler Deployment under pgbench load: zero failed transactions
-#   6. the chaos manifest: 20 s partition, the pooler stays live, fails fast, and serves
+#   6. the chaos manifest: 20 s partition, the pooler stays live, no probe waits past its own
+#      deadline (when refusals turn immediate is reported), and it serves
 #      again within 10 s of the heal. Chaos Mesh where installed, CHAOS=netpol on kind; on
 #      the node chaos/block-postgres-20s.yaml applied as chaos-daemon applies it (iptables in
 #      the pods' network namespaces, tests/kind/partition.py)
