@@ -38,17 +38,25 @@ def default_image(fail):
     return f"{repository}:{app_version}"
 
 
-def sidecar_container(fail, where, pod, image, name="droid-pool"):
-    """The one init container of pod is the native sidecar droid-pool.sidecar renders."""
-    inits = pod.get("initContainers", [])
-    if len(inits) != 1:
+def sidecar_container(fail, where, pod, image, name="droid-pool", native=True):
+    """The one init container of pod is the native sidecar droid-pool.sidecar renders; with
+    native=False (Kubernetes before 1.29), pod has no init container and the sidecar is its
+    first container, a classic one."""
+    inits = pod.get("initContainers") or []
+    if native and len(inits) != 1:
         fail(f"{where}: want one init container (the sidecar), found {len(inits)}")
         return
-    c = inits[0]
+    if not native and (inits or len(pod.get("containers") or []) < 2):
+        fail(f"{where}: before 1.29 want no init container and the sidecar first of the containers, "
+             f"found {len(inits)} init containers and {len(pod.get('containers') or [])} containers")
+        return
+    c = inits[0] if native else pod["containers"][0]
     if c.get("name") != name:
         fail(f"{where}: the sidecar is named {c.get('name')!r}, want {name!r}")
-    if c.get("restartPolicy") != "Always":
+    if native and c.get("restartPolicy") != "Always":
         fail(f"{where}: the sidecar is not native (restartPolicy {c.get('restartPolicy')!r})")
+    if not native and "restartPolicy" in c:
+        fail(f"{where}: a classic container with restartPolicy {c['restartPolicy']!r} (1.29+ only)")
     if c.get("image") != image:
         fail(f"{where}: the sidecar's image is {c.get('image')!r}, want {image!r}")
     probes_ok(fail, where + " sidecar", c,
@@ -77,19 +85,21 @@ def sidecar_container(fail, where, pod, image, name="droid-pool"):
         fail(f"{where}: the sidecar is not locked down: {sc}")
 
 
-def parent(fail, path, docs):
+def parent(fail, path, docs, native=True):
     """tests/helm/parent-chart rendered: the helper works from a chart whose values have no
-    sidecar or image keys, with the arguments given and the defaults for the rest."""
+    sidecar or image keys, with the arguments given and the defaults for the rest; native=False
+    for a render for Kubernetes before 1.29 (the classic container)."""
     deps = [d for d in docs if d["kind"] == "Deployment"]
     if len(deps) != 1 or len(docs) != 1:
         fail(f"{path}: want the parent's one Deployment and nothing else, got "
              f"{[(d['kind'], d['metadata']['name']) for d in docs]}")
         return
     template = deps[0]["spec"]["template"]
-    sidecar_container(fail, path, template["spec"], default_image(fail), name="pooler")
+    sidecar_container(fail, path, template["spec"], default_image(fail), name="pooler", native=native)
     if template["metadata"]["labels"].get("droidpool.io/poolconfig") != "orders":
         fail(f"{path}: the pod has no droidpool.io/poolconfig label from droid-pool.sidecarPodLabels")
-    mounts = {m["mountPath"]: m["name"] for m in template["spec"]["initContainers"][0].get("volumeMounts", [])}
+    sidecar = (template["spec"].get("initContainers") or template["spec"]["containers"])[0]
+    mounts = {m["mountPath"]: m["name"] for m in sidecar.get("volumeMounts", [])}
     if "/var/run/droid-pool/client-passwords" not in mounts:
         fail(f"{path}: clientPasswordsSecret given, but no client passwords mount")
     volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}

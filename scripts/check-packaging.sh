@@ -137,6 +137,13 @@ mkdir -p "$OUT/parent"
 validate_manifests "$OUT/parent/parent-chart.yaml"
 "$PY" scripts/check_packaging.py restricted "$OUT/parent/parent-chart.yaml" || die "the parent chart breaks the restricted profile"
 "$PY" scripts/check_packaging.py parent "$OUT/parent/parent-chart.yaml" || die "the sidecar helper in the parent chart"
+# Before 1.29 (no native sidecars; the node of tests/kind/e2e.sh runs 1.20) the same chart
+# renders the classic container from the cluster's version.
+"$HELM" template orders "$parent" --namespace shop --kube-version 1.20.2 >"$OUT/parent-classic.yaml" \
+  || die "helm template --kube-version 1.20.2 (parent chart)"
+validate_manifests "$OUT/parent-classic.yaml"
+"$PY" scripts/check_packaging.py restricted "$OUT/parent-classic.yaml" || die "the classic sidecar breaks the restricted profile"
+"$PY" scripts/check_packaging.py parent-classic "$OUT/parent-classic.yaml" || die "the classic sidecar helper in the parent chart"
 
 # Values the schema or the templates must refuse, each with the message it must give.
 refuse() {
@@ -188,7 +195,29 @@ validate_manifests "${examples[@]}"
 # What tests/kind/e2e.sh applies (deploy/examples adjusted for the stage checks).
 "$KUBECTL" kustomize tests/kind/manifests >"$OUT/kustomize/kind-e2e.yaml" || die "kubectl kustomize tests/kind/manifests"
 validate_manifests "$OUT/kustomize/kind-e2e.yaml"
-"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e}.yaml \
+# On the node (STAGE_CLUSTER=node, Kubernetes 1.20): the same without the static native
+# sidecar, and the sidecar app through the chart's helper (tests/kind/sidecar-app) rendered
+# for 1.20 (the classic container) and for the default version (native).
+"$KUBECTL" kustomize tests/kind/node >"$OUT/kustomize/node-e2e.yaml" || die "kubectl kustomize tests/kind/node"
+validate_manifests "$OUT/kustomize/node-e2e.yaml"
+rm -rf "$OUT/sidecar-app"
+cp -r tests/kind/sidecar-app "$OUT/sidecar-app"
+"$HELM" dependency build "$OUT/sidecar-app" >"$OUT/sidecar-app-dependency.log" 2>&1 \
+  || {
+    cat "$OUT/sidecar-app-dependency.log" >&2
+    die "helm dependency build of tests/kind/sidecar-app"
+  }
+"$HELM" lint --strict --quiet "$OUT/sidecar-app" >"$OUT/lint-sidecar-app.log" 2>&1 \
+  || {
+    cat "$OUT/lint-sidecar-app.log" >&2
+    die "helm lint --strict (tests/kind/sidecar-app)"
+  }
+"$HELM" template demo-app "$OUT/sidecar-app" --namespace droid-pool-demo --kube-version 1.20.2 \
+  >"$OUT/kustomize/sidecar-app-classic.yaml" || die "helm template tests/kind/sidecar-app (1.20)"
+"$HELM" template demo-app "$OUT/sidecar-app" --namespace droid-pool-demo \
+  >"$OUT/kustomize/sidecar-app-native.yaml" || die "helm template tests/kind/sidecar-app"
+validate_manifests "$OUT"/kustomize/sidecar-app-{classic,native}.yaml
+"$PY" scripts/check_packaging.py restricted "$OUT"/kustomize/{deploy,examples,kind-e2e,node-e2e,sidecar-app-classic,sidecar-app-native}.yaml \
   || die "deploy/ or tests/kind/manifests breaks the restricted profile"
 "$PY" scripts/check_packaging.py restricted deploy/operator/namespaced.yaml \
   || die "deploy/operator/namespaced.yaml breaks the restricted profile"
@@ -283,13 +312,14 @@ section "yamllint"
 # --- shell scripts ------------------------------------------------------------
 section "shell scripts (bash -n, shellcheck)"
 scripts=(tests/kind/*.sh chaos/gameday/run.sh chaos/gameday/switchover.sh scripts/check-packaging.sh scripts/ensure-k8s-tools.sh
-  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh)
+  scripts/render-deploy.sh scripts/check-packaging-apiserver.sh scripts/build-pgo.sh bench/run.sh
+  scripts/k8s-node.sh scripts/k8s-node/*.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || die "bash -n $s"
 done
 shellcheck -x "${scripts[@]}" || die "shellcheck"
 "$PY" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-  tests/kind/prepared_checks.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
+  tests/kind/prepared_checks.py tests/kind/partition.py tests/kind/prometheus_config.py tests/kind/k8s_sd_bridge.py chaos/gameday/switchover.py scripts/check_packaging.py scripts/pod_security.py scripts/check_monitoring.py scripts/chart_pods.py scripts/netpol_check.py \
   || die "python syntax"
 
 echo "check-packaging: all checks passed"

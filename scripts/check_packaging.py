@@ -9,6 +9,8 @@
                                             test Pod (through the pooler, else /readyz)
   check_packaging.py parent RENDER          tests/helm/parent-chart rendered: the sidecar helper
                                             used from another chart, its defaults (image)
+  check_packaging.py parent-classic RENDER  the same rendered for Kubernetes 1.20: the sidecar
+                                            a classic first container, no init container
   check_packaging.py netpol FILE...         the NetworkPolicies of the operator, its poolers and
                                             sidecar pods in FILEs (netpol_check.py); with
                                             --expect-failure: FILEs must fail (the check can tell)
@@ -376,6 +378,7 @@ def main(argv):
      "extract": lambda: extract(args[0], args[1]),
      "dockerfile": lambda: dockerfile(args[0], args[1:]), "can-i": can_i,
      "restricted": lambda: restricted(args), "parent": lambda: chart_pods.parent(fail, args[0], load(args[0])),
+     "parent-classic": lambda: chart_pods.parent(fail, args[0], load(args[0]), native=False),
      "alerts": alerts, "dashboard": lambda: [fail(f) for f in check_monitoring.dashboard(args[0])]}[cmd]()
     for f in failures:
         print(f"FAIL {f}")

@@ -35,16 +35,12 @@ step_crd() {
   bash scripts/check-crd.sh
 }
 
-# The real kube-apiserver (1.20) the operator tests start: built once from Debian's source
-# package by the shared script (minutes cold, instant when cached). A failed build fails CI
-# here, loudly; the operator tests would fail too (they never skip).
+# Kubernetes 1.20 built once from Debian's `kubernetes` source package (scripts/k8s-node/build.sh,
+# one `make` for the six binaries: 37 minutes cold measured on 2 cores beside other builds, instant when cached): the
+# kube-apiserver the operator tests start (they find it where the shared build.sh keeps it),
+# and the node the `stages` step runs. A failed build fails CI here, loudly.
 step_kube_apiserver() {
-  local tools=${DROID_POOL_KAPI_TOOLS:-$DROID_POOL_SHARED/tools/kube-apiserver}
-  if [[ ! -f $tools/build.sh ]]; then
-    echo "kube-apiserver: $tools/build.sh not found (set DROID_POOL_SHARED or DROID_POOL_KAPI_TOOLS)" >&2
-    return 1
-  fi
-  bash "$tools/build.sh" | tail -n 1
+  bash scripts/k8s-node/build.sh | tail -n 1
 }
 
 # The fault-injection tests (tests/it/faults.rs) time the pooler's refusals in milliseconds:
@@ -87,6 +83,18 @@ step_bench_smoke() {
   bash bench/run.sh --smoke
 }
 
+# Every stage of tests/kind/e2e.sh in real pods on a real node (STAGE_CLUSTER=node:
+# scripts/k8s-node.sh, Kubernetes 1.20 from Debian's packages and source): the image built
+# from the Dockerfile by buildah over stand-in base images (PGO=0 here, for time; the
+# stand-ins and the builds are cached under ~/.cache/droid-pool), the chart, the sidecar app
+# through the chart's helper, the prepared-statement checks, PoolConfig changes, a rolling
+# restart under pgbench, the game day's partition, a drain mid-transaction and Prometheus.
+# Each stage prints PASS or FAIL; one that cannot run fails. The node goes down at the end,
+# and `down` fails the step when anything of it remains on the machine.
+step_stages() {
+  STAGE_CLUSTER=node PGO=${PGO:-0} bash tests/kind/e2e.sh
+}
+
 # name:function, in the order they run. Append new steps here.
 STEPS=(
   "deps:step_deps"
@@ -101,6 +109,7 @@ STEPS=(
   "gameday:step_gameday"
   "fuzz:step_fuzz"
   "bench-smoke:step_bench_smoke"
+  "stages:step_stages"
 )
 
 # --- runner -----------------------------------------------------------------

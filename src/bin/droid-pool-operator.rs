@@ -241,10 +241,15 @@ fn hostname() -> String {
         .unwrap_or_else(|| format!("droid-pool-operator-{}", std::process::id()))
 }
 
+/// Logs go to stderr, as the pooler's: colour codes only when stderr is a terminal, so that
+/// `kubectl logs` and a log shipper read plain text (or JSON with --log-json).
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if json {
         builder.json().init();
     } else {

@@ -7,6 +7,7 @@ mod checkout;
 mod error;
 mod finish;
 mod flush;
+mod idle_loss;
 mod session;
 mod timer;
 

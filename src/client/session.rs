@@ -315,6 +315,7 @@ impl<'a> Session<'a> {
                         return Ok(Flow::Quit);
                     }
                 }
+                Event::Server(r) if self.idle_server_left(&r) => self.lose_idle_server(),
                 Event::Server(r) => match r {
                     Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
                     Err(e) => return Err(ClientError::ServerLost(e.into())),
@@ -825,7 +826,7 @@ impl<'a> Session<'a> {
 
     /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.
     #[cold]
-    fn follow_pin(&mut self) {
+    pub(super) fn follow_pin(&mut self) {
         if self.relay.take_discarded() {
             // DISCARD ALL includes UNLISTEN *.
             if let Some(inbox) = self.inbox.as_deref_mut() {

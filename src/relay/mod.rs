@@ -451,6 +451,16 @@ impl Relay {
         now
     }
 
+    /// The held server `srv` left (its FATAL unread, or its close) while the client sat at a
+    /// transaction boundary with nothing in flight: the client keeps its session and takes
+    /// another server for its next transaction; a pin, whose state went with `srv`, ends.
+    pub fn lose_idle_server(&mut self, srv: &ServerState) {
+        self.events.client_released_server(self.id, srv.id);
+        self.batch.server_fatal = false;
+        self.batch.release_due = false;
+        self.end_pin();
+    }
+
     /// The end of every round: the clock read of its ReadyForQuery is stale from here on,
     /// and the kept-statements gauge is brought up to date.
     pub fn end_round(&mut self) {

@@ -560,6 +560,17 @@ impl Relay {
         }
     }
 
+    /// The pinned state went with its server ([`Relay::lose_idle_server`]): the pin ends.
+    pub(super) fn end_pin(&mut self) {
+        let pin = &mut self.client.pin;
+        pin.kinds = 0;
+        pin.pending = None;
+        pin.check &= !check::DUE;
+        if pin.reason.take().is_some() {
+            pin.check |= check::CHANGED;
+        }
+    }
+
     /// Whether a `DISCARD ALL` of the client's succeeded since the last call.
     pub fn take_discarded(&mut self) -> bool {
         std::mem::take(&mut self.client.pin.discard) == 2

@@ -35,7 +35,7 @@ fn start(db: &str, size: usize) -> Pooler {
 
 /// Waits until backend `pid` has gone from the server (a terminated backend leaves a moment
 /// after the signal).
-async fn wait_gone(pid: &str) {
+pub(crate) async fn wait_gone(pid: &str) {
     let direct = support::shared().connect(USER, "postgres").await;
     for _ in 0..100 {
         let n: i64 = direct

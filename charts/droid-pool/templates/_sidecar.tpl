@@ -17,15 +17,21 @@ Usage, in an application's pod template (this chart as a dependency, or a copy o
           {{- include "droid-pool.sidecarPodLabels" (dict "poolConfig" "orders") | nindent 10 }}
       spec:
         terminationGracePeriodSeconds: 45   # app drain + pooler accept_window + margin (see README)
+        {{- $sidecar := dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders" "kubeVersion" $.Capabilities.KubeVersion.Version }}
+        {{- with include "droid-pool.sidecarInitContainers" $sidecar }}
         initContainers:
-          {{- include "droid-pool.sidecar" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders") | nindent 10 }}
+          {{- . | nindent 10 }}
+        {{- end }}
         containers:
+          {{- with include "droid-pool.sidecarContainers" $sidecar }}
+          {{- . | nindent 10 }}
+          {{- end }}
           - name: app
             env:
               - name: DATABASE_URL
                 value: postgres://app@127.0.0.1:6432/app
         volumes:
-          {{- include "droid-pool.sidecarVolumes" (dict "configMap" "orders-pooler" "passwordSecret" "orders-db" "poolConfig" "orders") | nindent 10 }}
+          {{- include "droid-pool.sidecarVolumes" $sidecar | nindent 10 }}
 
 Arguments (a dict; all but configMap optional):
   configMap              required: the ConfigMap with key droid-pool.yaml, e.g. the one a
@@ -50,7 +56,23 @@ Arguments (a dict; all but configMap optional):
   imagePullPolicy        default: image.pullPolicy, else IfNotPresent
   containerName          default "droid-pool"
   resources              default: requests cpu 50m / memory 32Mi, limit memory 128Mi
-  root                   accepted for compatibility with earlier versions, and ignored
+  kubeVersion            the cluster's version ($.Capabilities.KubeVersion.Version): from 1.29
+                         on the sidecar is native, before it a classic container (below)
+  native                 true or false: the form, whatever the version
+  root                   the caller's root context ($): its .Capabilities.KubeVersion stands in
+                         for kubeVersion; nothing else of it is read
+With neither kubeVersion, native nor root, the sidecar is native (as before these arguments).
+
+Before Kubernetes 1.29 (no native sidecars) droid-pool.sidecar renders a classic container,
+which droid-pool.sidecarContainers places first in the pod's containers (and
+droid-pool.sidecarInitContainers renders nothing): the kubelet starts it before the
+application, and on a delete sends SIGTERM to both at once. The drain is then the pooler's
+own: readiness down, new connections still accepted for drain.accept_window, the
+application's open sessions served to their transaction boundary (drain.mode) until they
+close or drain.timeout; give terminationGracePeriodSeconds the same budget as for the native
+form. There is no preStop: the image has no shell, and the sleep action needs 1.29 too.
+Use the two list helpers in both places, as in the usage above, and the same chart serves
+both kinds of cluster.
 The ports are those the operator's rendered config sets: PostgreSQL on 127.0.0.1:6432, the
 admin server (probes, /metrics; the control routes with the admin token) on 0.0.0.0:9127,
 container port "pooler-admin". Other pods can reach 9127: give the application's pod a
@@ -89,6 +111,32 @@ droidpool.io/pooler: sidecar
 droidpool.io/poolconfig: {{ required "droid-pool.sidecarPodLabels: poolConfig is required" .poolConfig | quote }}
 {{- end }}
 
+{{/* "true" when the sidecar is native (an init container with restartPolicy: Always), else
+empty: the native argument, else kubeVersion (or root's .Capabilities) >= 1.29, else native. */}}
+{{- define "droid-pool.sidecarNative" -}}
+{{- $v := .kubeVersion | default "" }}
+{{- if and (not $v) .root }}{{ $v = .root.Capabilities.KubeVersion.Version }}{{ end }}
+{{- if hasKey . "native" }}{{ if .native }}true{{ end }}
+{{- else if not $v }}true
+{{- else if semverCompare ">=1.29.0-0" $v }}true
+{{- end }}
+{{- end }}
+
+{{/* The sidecar as a list of init containers: the native sidecar, or nothing before 1.29. */}}
+{{- define "droid-pool.sidecarInitContainers" -}}
+{{- if include "droid-pool.sidecarNative" . }}
+{{- include "droid-pool.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar as a list of containers (place it first): the classic container before 1.29,
+or nothing where the sidecar is native. */}}
+{{- define "droid-pool.sidecarContainers" -}}
+{{- if not (include "droid-pool.sidecarNative" .) }}
+{{- include "droid-pool.sidecar" . }}
+{{- end }}
+{{- end }}
+
 {{- define "droid-pool.sidecar" -}}
 {{- $cm := required "droid-pool.sidecar: configMap is required" .configMap -}}
 {{- $img := .image | default dict }}
@@ -97,7 +145,9 @@ droidpool.io/poolconfig: {{ required "droid-pool.sidecarPodLabels: poolConfig is
 - name: {{ .containerName | default "droid-pool" }}
   image: {{ include "droid-pool.sidecarImage" . | quote }}
   imagePullPolicy: {{ $pullPolicy }}
+  {{- if include "droid-pool.sidecarNative" . }}
   restartPolicy: Always
+  {{- end }}
   args: ["--config", "/etc/droid-pool/droid-pool.yaml"]
   ports:
     - name: pooler-admin
