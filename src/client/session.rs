@@ -23,7 +23,7 @@ use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{subscribe, Io, Kind, Next, Policy, Relay, Subscribe};
-use crate::server::{Server, ServerError};
+use crate::server::Server;
 use crate::shared::Shared;
 
 #[derive(Debug, PartialEq, Eq)]
@@ -76,9 +76,6 @@ impl Io for Wire<'_> {
 /// How long a listening client's ReadyForQuery waits for the pool's listening connection to
 /// receive the notifications its transaction sent.
 const CAUGHT_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How long a pinned client's server may take to say what session state is left.
-const PIN_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A bounded few sessions keep their buffers and their future between transactions.
 pub(super) struct Warm {
@@ -499,16 +496,11 @@ impl<'a> Session<'a> {
         }
         let released = self.maybe_release();
         // The rare ends of a round share one await point (the usual round's future stays as
-        // it was): a pinned client's server asked what state is left, a listening client's
-        // own notification waited for.
-        let check = !released
-            && self
-                .server
-                .as_ref()
-                .is_some_and(|s| self.relay.pin_check_due(&s.state));
+        // it was): committed subscriptions made, a listening client's own notification waited
+        // for.
         let notified = released && self.inbox.is_some() && self.relay.take_notified();
-        if check || notified || self.subscriptions_due {
-            Box::pin(self.rare_round_end(check, notified)).await?;
+        if notified || self.subscriptions_due {
+            Box::pin(self.rare_round_end(notified)).await?;
         }
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
@@ -551,14 +543,11 @@ impl<'a> Session<'a> {
         true
     }
 
-    /// The pin check (`check`), then the wait for a listening client's own notification
-    /// (`notified`, or due once the check gave the server back): its notification, and any
-    /// committed before it, goes out before its ReadyForQuery, as directly.
+    /// The committed subscriptions, then the wait for a listening client's own notification
+    /// (`notified`): its notification, and any committed before it, goes out before its
+    /// ReadyForQuery, as directly.
     #[cold]
-    async fn rare_round_end(&mut self, check: bool, mut notified: bool) -> Result<(), ClientError> {
-        if check && self.check_pin().await? {
-            notified = self.inbox.is_some() && self.relay.take_notified();
-        }
+    async fn rare_round_end(&mut self, notified: bool) -> Result<(), ClientError> {
         if std::mem::take(&mut self.subscriptions_due) {
             // Boxed: this future's drop stays small enough to inline in the usual round.
             Box::pin(self.follow_subscriptions()).await;
@@ -567,25 +556,6 @@ impl<'a> Session<'a> {
             self.caught_up().await;
         }
         Ok(())
-    }
-
-    /// Asks the pinned client's server what session state is left (the relay decides whether
-    /// the pin ends), then gives the server back if it did; returns whether it did. A server
-    /// that does not answer is lost, as it would be to the client.
-    #[cold]
-    async fn check_pin(&mut self) -> Result<bool, ClientError> {
-        let Some(conn) = self.server.as_mut() else {
-            return Ok(false);
-        };
-        let answer = tokio::time::timeout(
-            PIN_CHECK_WAIT,
-            crate::server::query_value(conn, crate::relay::PIN_CHECK_SQL),
-        )
-        .await
-        .map_err(|_| ClientError::ServerLost(Loss::Server(ServerError::QueryTimeout)))?
-        .map_err(|e| ClientError::ServerLost(Loss::Server(e)))?;
-        self.relay.pin_checked(answer.as_deref());
-        Ok(self.maybe_release())
     }
 
     /// Waits (a bounded while) for the pool's listening connection to receive every

@@ -32,6 +32,7 @@ mod tracking;
 pub use cleanup::{sync_query, synced};
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PIN_CHECK_SQL};
+
 pub use policy::{Policy, StateRule};
 pub use timeouts::Kind;
 

@@ -163,6 +163,10 @@ pub const PIN_CHECK_SQL: &str = "SELECT \
     + 4 * (EXISTS (SELECT FROM pg_catalog.pg_locks \
         WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()))::int";
 
+/// The name of the pooler's own statement: spaces keep it apart from any name a driver
+/// generates (tracked clients' names are `p<c>_...` there anyway).
+const CHECK_STATEMENT: &[u8] = b"droid-pool value";
+
 /// The kinds [`PIN_CHECK_SQL`]'s answer says are left.
 fn checked_kinds(answer: &[u8]) -> Option<u8> {
     let bits: u8 = std::str::from_utf8(answer).ok()?.parse().ok()?;
@@ -534,29 +538,41 @@ impl Relay {
     }
 
     /// The client's transaction is over, after something that may have removed the last of
-    /// the state it is pinned for, and nothing is in flight on `srv`: the driver runs
-    /// [`PIN_CHECK_SQL`] there before anything more of the client's and hands the answer to
-    /// [`Relay::pin_checked`].
-    pub fn pin_check_due(&self, srv: &ServerState) -> bool {
+    /// the state it is pinned for, and nothing is in flight on `srv`: the server is asked
+    /// ([`PIN_CHECK_SQL`]) before anything more of the client's runs there.
+    pub(super) fn pin_check_due(&self, srv: &ServerState) -> bool {
         self.client.pin.check & check::DUE != 0
             && srv.replies.is_empty()
             && self.client.cpass.is_idle()
             && self.batch.status == backend::TX_IDLE
     }
 
-    /// The answer to [`PIN_CHECK_SQL`] (`None`: it failed, nothing is known): with nothing
-    /// left the pin ends, and the server may go back to the pool at once.
-    pub fn pin_checked(&mut self, answer: Option<&[u8]>) {
-        let pin = &mut self.client.pin;
-        pin.check &= !check::DUE;
-        let Some(left) = answer.and_then(checked_kinds) else {
+    /// Asks `srv` what session state is left ([`PIN_CHECK_SQL`]), as a named statement of
+    /// the pooler's own closed at once (a simple Query would drop the client's unnamed
+    /// statement, which a pinned client may still bind). Its row is read as it comes
+    /// ([`Relay::pin_checked`]); its ReadyForQuery ends the transaction again.
+    pub(super) fn ask_pin_check(&mut self, srv: &mut ServerState) {
+        self.client.pin.check &= !check::DUE;
+        f::parse(&mut self.sout, CHECK_STATEMENT, PIN_CHECK_SQL);
+        f::bind_unnamed(&mut self.sout, CHECK_STATEMENT);
+        f::execute_unnamed(&mut self.sout);
+        // Skipped with the rest if the Parse fails (a statement of that name is not ours).
+        f::close_statement(&mut self.sout, CHECK_STATEMENT);
+        f::sync(&mut self.sout);
+        self.owe(srv, crate::server::Owed::Check);
+    }
+
+    /// The answer to [`PIN_CHECK_SQL`] (its first column): with nothing left the pin ends,
+    /// and the server may go back to the pool once the check's ReadyForQuery is in.
+    pub(super) fn pin_checked(&mut self, answer: &[u8]) {
+        let Some(left) = checked_kinds(answer) else {
             return;
         };
+        let pin = &mut self.client.pin;
         pin.kinds = (pin.kinds & !kind::CHECKABLE) | left;
         if pin.kinds == 0 && pin.reason.is_some() {
             pin.reason = None;
             pin.check |= check::CHANGED;
-            self.batch.release_due = self.may_release() && !self.batch.execute_replay;
         }
     }
 

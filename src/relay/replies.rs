@@ -319,6 +319,14 @@ impl Relay {
             }
             _ => {}
         }
+        if tag == b::DATA_ROW_TAG && matches!(srv.replies.front(), Some(Owed::Check)) {
+            if let Some(Some(v)) = msg
+                .and_then(|m| b::parse_data_row(&m[frame::HEADER_LEN..]).ok())
+                .and_then(|row| row.first().copied())
+            {
+                self.pin_checked(v);
+            }
+        }
         let failed = tag == b::ERROR_RESPONSE_TAG;
         if failed && self.in_prelude() {
             return Err(self.prelude_error(body()));
@@ -411,6 +419,22 @@ impl Relay {
             }
             if self.client.pin.has_pending() {
                 self.client.pin.on_ready(self.batch.status == b::TX_IDLE);
+            }
+            if self.pin_check_due(srv) {
+                // A pinned client's transaction is over after something that may have
+                // removed the last of its state: the server is asked before it may go back,
+                // and the client hears of its transaction's end once the answer is in (its
+                // next message, or its leaving, finds the server settled).
+                direct.spill(&mut self.client.cout, buf);
+                let n = self.client.cout.len();
+                let rfq = (n >= 6 && self.client.cout[n - 6] == b::READY_FOR_QUERY_TAG)
+                    .then(|| self.client.cout.split_off(n - 6).freeze());
+                self.ask_pin_check(srv);
+                if let Some(rfq) = rfq {
+                    self.owe(srv, Owed::Synthetic(rfq));
+                }
+                self.batch.release_due = false;
+                return;
             }
             // Decided once, here: until something more is sent (which clears it) none of
             // these can change.

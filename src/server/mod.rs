@@ -11,7 +11,7 @@ mod state;
 pub use credential::{LearnedSecrets, SecretCell, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
-pub use query::{query_value, run_simple};
+pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
 pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;

@@ -95,6 +95,9 @@ pub enum Owed {
     },
     /// A simple Query of the pooler's own: everything through ReadyForQuery swallowed.
     Internal,
+    /// The pooler's own one-value question (Parse, Bind, Execute, Close, Sync of a statement
+    /// of its own): everything through ReadyForQuery swallowed, its row read by the relay.
+    Check,
     /// The client's CopyDone or CopyFail, sent after a request whose COPY had not started
     /// yet: owes nothing, but marks where a COPY that starts would end (Syncs before it are
     /// read by the COPY and ignored, Syncs after it are answered).
@@ -109,7 +112,7 @@ impl Owed {
             Owed::TrackedParse { .. } | Owed::Replay { .. } | Owed::UnnamedReplay => Request::Parse,
             Owed::InjectedClose { .. } | Owed::ClientClose { .. } => Request::Close,
             Owed::TrackedBind { .. } => Request::Bind,
-            Owed::Synthetic(_) | Owed::CopyEnd => Request::Sync,
+            Owed::Synthetic(_) | Owed::CopyEnd | Owed::Check => Request::Sync,
             Owed::Internal => Request::Query,
         }
     }
@@ -123,7 +126,11 @@ impl Owed {
     fn is_swallowed(&self) -> bool {
         matches!(
             self,
-            Owed::Internal | Owed::Replay { .. } | Owed::UnnamedReplay | Owed::InjectedClose { .. }
+            Owed::Internal
+                | Owed::Check
+                | Owed::Replay { .. }
+                | Owed::UnnamedReplay
+                | Owed::InjectedClose { .. }
         )
     }
 }
@@ -220,6 +227,7 @@ impl Replies {
                         ..
                     }
                     | Owed::Internal
+                    | Owed::Check
             )
         })
     }
@@ -272,7 +280,7 @@ impl Replies {
 
     /// Whether the pooler is running its own query (whose messages are all swallowed).
     pub fn internal_in_front(&self) -> bool {
-        matches!(self.q.front(), Some(Owed::Internal))
+        matches!(self.q.front(), Some(Owed::Internal | Owed::Check))
     }
 
     /// Pops the pooler's answers that have reached the front (their bytes go to the client).
@@ -386,7 +394,7 @@ impl Replies {
         if !front.request().is_extended() {
             // Part of a Query (or Internal) that still ends with ReadyForQuery.
             return Step {
-                forward: !matches!(front, Owed::Internal),
+                forward: !matches!(front, Owed::Internal | Owed::Check),
                 completed: None,
                 ready: false,
             };
@@ -394,7 +402,7 @@ impl Replies {
         let failed = self.q.pop_front();
         loop {
             match self.q.front() {
-                Some(Owed::Client(Request::Sync) | Owed::Internal) => break,
+                Some(Owed::Client(Request::Sync) | Owed::Internal | Owed::Check) => break,
                 Some(_) => {
                     if let Some(o) = self.q.pop_front() {
                         skipped.push(o);

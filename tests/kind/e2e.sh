@@ -173,9 +173,10 @@ restarts() { kn get pod "$1" -o jsonpath='{.status.initContainerStatuses[*].rest
 
 # --- 1. cluster, image, chart -------------------------------------------------
 if [[ $STAGE_CLUSTER == node ]]; then
-  log "building $IMAGE from the Dockerfile (buildah, stand-in bases; PGO=${PGO:-0})"
+  log "building $IMAGE from the Dockerfile (buildah, stand-in bases; PGO=${PGO:-0}, LTO=${LTO:-off})"
   image_start=$(now)
-  bash scripts/k8s-node/images.sh --build-arg "PGO=${PGO:-0}" >/dev/null \
+  bash scripts/k8s-node/images.sh --build-arg "PGO=${PGO:-0}" --build-arg "LTO=${LTO:-off}" \
+    --build-arg "CODEGEN_UNITS=${CODEGEN_UNITS:-16}" >/dev/null \
     || fail "cluster, image: the Dockerfile's build (log in ~/.cache/droid-pool/k8s-node/)"
   figure "image: built from the Dockerfile in $(since "$image_start") s"
   node_start=$(now)
