@@ -16,10 +16,11 @@
 //! - `admin` (the admin server and the console), `reload`; `login` (startup and
 //!   authentication); `client` (one task per client: login, then the session or the console);
 //! - `app` (listener, drain and composition root); `main.rs` on top. `operator` takes only
-//!   `config` types (and `resilience`'s backoff) from the rest. `sim` (feature `sim`, on by
-//!   default) holds the deterministic simulation: a model PostgreSQL, client programs and the
-//!   harness that drives relays against them; nothing else imports it. `session_state` (what
-//!   a statement does to session state) sits beside `prepared`.
+//!   `config` types (and `resilience`'s backoff) from the rest. `sim` (compiled for unit tests
+//!   and with feature `sim`, never by a plain or release build) holds the deterministic
+//!   simulation: a model PostgreSQL, client programs and the harness that drives relays
+//!   against them; nothing else imports it. `session_state` (what a statement does to session
+//!   state) sits beside `prepared`.
 
 pub mod admin;
 pub mod app;
@@ -47,5 +48,5 @@ pub mod resilience;
 pub mod server;
 pub mod session_state;
 pub mod shared;
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;

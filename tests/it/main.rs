@@ -12,7 +12,6 @@ mod faults;
 mod kind_checker;
 mod lifecycle;
 mod limits;
-mod model_check;
 mod operator_budget;
 mod peers;
 mod prepared;
