@@ -5,6 +5,9 @@
 //! (database, user); a *session* is a logged-in client's task, the driver around the *relay*
 //! (its protocol state machine); a *drain* is the graceful stop SIGTERM starts.
 //!
+//! ARCHITECTURE.md, at the repository root, is the map: the layers, the relay and its driver,
+//! where each concern lives and how to add one.
+//!
 //! Layers, lowest first; each imports only layers below it, and no modules import each other:
 //! - `protocol` (sans-IO codec), `resilience`, `lifecycle` (latches and the drain's state),
 //!   `metrics`, `prepared`, `params`, `counters`: nothing of ours, or `protocol` alone;

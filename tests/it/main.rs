@@ -1,4 +1,5 @@
 mod admin;
+mod architecture;
 mod badinput;
 mod builtins;
 mod codec;
