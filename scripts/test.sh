@@ -26,8 +26,19 @@ step_packaging() {
   bash scripts/check-packaging.sh
 }
 
+# Every target as a plain build resolves the crate (the simulation only in the unit tests),
+# then what only feature `sim` compiles: the library as the fuzz crate builds it and the
+# model check in tests/sim/.
 step_clippy() {
   cargo clippy --all-targets -- -D warnings
+  cargo clippy --features sim --lib --test sim -- -D warnings
+}
+
+# A plain or release build compiles no simulation code (feature `sim` is off by default and
+# src/sim/ is compiled only for tests or with the feature); cargo's feature resolution is
+# checked, nothing is built.
+step_release_features() {
+  bash scripts/check-release-features.sh
 }
 
 # The committed PoolConfig CRD copies equal `droid-pool-operator crd`.
@@ -45,17 +56,19 @@ step_kube_apiserver() {
 
 # The fault-injection tests (tests/it/faults.rs) time the pooler's refusals in milliseconds:
 # they run after the rest, one at a time, so the other tests' load on a 2-core machine does not
-# show up as pooler latency.
+# show up as pooler latency. `--features sim` builds the test targets that need the
+# simulation (tests/sim/, `required-features`), which a plain `cargo test` skips; every step
+# that builds tests passes it, so they share one build.
 step_test() {
-  cargo test --all-targets -- --skip faults::
-  cargo test --test it faults:: -- --test-threads=1
+  cargo test --all-targets --features sim -- --skip faults::
+  cargo test --features sim --test it faults:: -- --test-threads=1
 }
 
 # The deterministic simulation of the relay past the 200 programs per setup of `test`: 5,000
 # more per setup (about a minute on one core, debug build), seeds after those `test` ran.
 step_sim() {
   DROID_SIM_SEEDS=${DROID_SIM_SEEDS:-5000} DROID_SIM_BASE=${DROID_SIM_BASE:-200} \
-    cargo test --lib sim::tests::every -- --nocapture
+    cargo test --features sim --lib sim::tests::every -- --nocapture
 }
 
 # Python and Node drivers through the pooler with prepared-statement tracking.
@@ -101,6 +114,7 @@ STEPS=(
   "fmt:step_fmt"
   "clippy:step_clippy"
   "crd:step_crd"
+  "release-features:step_release_features"
   "kube-apiserver:step_kube_apiserver"
   "test:step_test"
   "sim:step_sim"

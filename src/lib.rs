@@ -5,6 +5,9 @@
 //! (database, user); a *session* is a logged-in client's task, the driver around the *relay*
 //! (its protocol state machine); a *drain* is the graceful stop SIGTERM starts.
 //!
+//! ARCHITECTURE.md, at the repository root, is the map: the layers, the relay and its driver,
+//! where each concern lives and how to add one.
+//!
 //! Layers, lowest first; each imports only layers below it, and no modules import each other:
 //! - `protocol` (sans-IO codec), `resilience`, `lifecycle` (latches and the drain's state),
 //!   `metrics`, `prepared`, `params`, `counters`: nothing of ours, or `protocol` alone;
@@ -16,10 +19,11 @@
 //! - `admin` (the admin server and the console), `reload`; `login` (startup and
 //!   authentication); `client` (one task per client: login, then the session or the console);
 //! - `app` (listener, drain and composition root); `main.rs` on top. `operator` takes only
-//!   `config` types (and `resilience`'s backoff) from the rest. `sim` (feature `sim`, on by
-//!   default) holds the deterministic simulation: a model PostgreSQL, client programs and the
-//!   harness that drives relays against them; nothing else imports it. `session_state` (what
-//!   a statement does to session state) sits beside `prepared`.
+//!   `config` types (and `resilience`'s backoff) from the rest. `sim` (compiled for unit tests
+//!   and with feature `sim`, never by a plain or release build) holds the deterministic
+//!   simulation: a model PostgreSQL, client programs and the harness that drives relays
+//!   against them; nothing else imports it. `session_state` (what a statement does to session
+//!   state) sits beside `prepared`.
 
 pub mod admin;
 pub mod app;
@@ -47,5 +51,5 @@ pub mod resilience;
 pub mod server;
 pub mod session_state;
 pub mod shared;
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;

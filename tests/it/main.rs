@@ -1,4 +1,5 @@
 mod admin;
+mod architecture;
 mod badinput;
 mod builtins;
 mod codec;
@@ -15,7 +16,6 @@ mod kind_checker;
 mod lex_boundaries;
 mod lifecycle;
 mod limits;
-mod model_check;
 mod operator_budget;
 mod peers;
 mod prepared;

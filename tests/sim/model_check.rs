@@ -55,7 +55,8 @@ fn env(name: &str, default: u64) -> u64 {
 /// A database of the test's own (each of the three has one: each empties the tables before
 /// every program, which would race with another's program in a shared one).
 fn database(pg: &PgServer, name: &str) {
-    crate::core::create_db(pg, name);
+    pg.psql_db("postgres", &format!("DROP DATABASE IF EXISTS {name}"));
+    pg.psql_db("postgres", &format!("CREATE DATABASE {name} OWNER {USER}"));
 }
 
 /// One message as the comparison sees it.
@@ -323,7 +324,8 @@ fn model_matches_postgresql_on_pooler_statements() {
     }
 }
 
-/// The differential test's recorded cases: the model answers them as PostgreSQL does.
+/// The differential test's recorded cases (tests/it/differential/): the model answers them as
+/// PostgreSQL does.
 #[test]
 fn model_matches_postgresql_on_recorded_cases() {
     const DB: &str = "model_check_cases";
@@ -332,8 +334,8 @@ fn model_matches_postgresql_on_recorded_cases() {
     let rt = runtime();
     let mut admin = rt.block_on(Raw::connect(pg.port, USER, DB));
     let cases = [
-        include_str!("differential/regressions.jsonl"),
-        include_str!("differential/open.jsonl"),
+        include_str!("../it/differential/regressions.jsonl"),
+        include_str!("../it/differential/open.jsonl"),
     ];
     let mut n = 0;
     for line in cases.iter().flat_map(|c| c.lines()) {
