@@ -11,7 +11,7 @@
 //! unusual shape costs a clean-up, never a leak.
 
 use super::builtins;
-use super::detect::{Effect, PinReason, Unseen};
+use super::effect::{Effect, PinReason, Unseen};
 use super::lex::Token;
 
 /// Unreserved keywords that take a parenthesised list without being a function: window and
@@ -205,13 +205,64 @@ pub(super) fn effects_of_calls(tokens: &[Token<'_>], emit: &mut dyn FnMut(Effect
         };
         match callee {
             Callee::Harmless => {}
-            Callee::SetConfig => super::detect::set_config(&tokens[i + 2..], emit),
+            Callee::SetConfig => set_config(&tokens[i + 2..], emit),
             Callee::Lock => emit(Effect::Pin(PinReason::AdvisoryLock)),
             Callee::UnlockAll => emit(Effect::UnlockAll),
             Callee::Unlock => emit(Effect::Unlock),
             Callee::Unseen(u) => emit(Effect::Unseen(u)),
         }
     }
+}
+
+/// `set_config(name, value, is_local)` from its arguments: literal name and value with a
+/// literal `false` are a setting; `true` is transaction-local; anything else (a parameter,
+/// an expression) cannot be read, so the client is pinned.
+fn set_config(args: &[Token<'_>], emit: &mut dyn FnMut(Effect)) {
+    let lit = |t: Option<&Token<'_>>| match t {
+        Some(Token::Str(s)) if s.first() == Some(&b'\'') && s.len() >= 2 => {
+            Some(String::from_utf8_lossy(&s[1..s.len() - 1]).replace("''", "'"))
+        }
+        _ => None,
+    };
+    let (name, comma1, value, comma2, local, close) = (
+        lit(args.first()),
+        args.get(1),
+        lit(args.get(2)),
+        args.get(3),
+        args.get(4),
+        args.get(5),
+    );
+    let shaped = comma1 == Some(&Token::Punct(b','))
+        && comma2 == Some(&Token::Punct(b','))
+        && close == Some(&Token::Punct(b')'));
+    match (name, value, local) {
+        (Some(name), Some(value), Some(l)) if shaped && l.is("false") => {
+            let name = name.to_ascii_lowercase();
+            let replay = format!(
+                "SELECT pg_catalog.set_config({}, {}, false)",
+                quote(&name),
+                quote(&value)
+            );
+            emit(Effect::Set { name, replay });
+        }
+        (_, _, Some(l)) if shaped && l.is("true") => emit(Effect::Local),
+        _ => emit(Effect::Pin(PinReason::DynamicSetting)),
+    }
+}
+
+/// An SQL string literal (`E''`, so backslashes mean the same whatever the settings).
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 3);
+    out.push_str("E'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 #[cfg(test)]

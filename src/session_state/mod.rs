@@ -5,6 +5,7 @@
 pub mod builtins;
 pub mod calls;
 pub mod detect;
+pub mod effect;
 pub mod lex;
 pub mod settings;
 pub mod signal;
