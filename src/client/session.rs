@@ -308,8 +308,13 @@ impl<'a> Session<'a> {
                 Event::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
+                    let cbuf = self.relay.client_in();
+                    let full = cbuf.len() == cbuf.capacity();
                     if n == 0 || self.on_client().await? == Flow::Quit {
                         return Ok(Flow::Quit);
+                    }
+                    if full {
+                        self.client_streams().await;
                     }
                 }
                 Event::Server(r) if self.idle_server_left(&r) => self.lose_idle_server(),
@@ -350,6 +355,35 @@ impl<'a> Session<'a> {
             if self.server.is_none() && self.relay.client_pending() == 0 {
                 return Ok(Flow::Continue);
             }
+        }
+    }
+
+    /// The client's read filled the buffer: it may be streaming (a pipeline, COPY data, a large
+    /// message). The runtime learns that a socket became readable only when its I/O driver
+    /// runs, which a task that always finds the client readable postpones for its whole
+    /// cooperative budget (128 reads and writes): the server's reply, an error that ends the
+    /// stream, would wait behind that many client chunks. As on a direct connection, where
+    /// nothing stands between them, the reply goes first: while the server owes replies, the
+    /// session yields once so the driver runs, and reads the server before the client. A
+    /// buffer the relay has taken all of grows to `client.buffer_size` (read after read, all
+    /// of a message passed on in pieces is taken), so such a stream is read in chunks of that
+    /// size rather than of the first read's.
+    #[cold]
+    async fn client_streams(&mut self) {
+        // Only once all was taken: grown while it holds bytes, it would double each time.
+        let buffer = self.relay.policy().buffer();
+        let cbuf = self.relay.client_in();
+        if cbuf.is_empty() {
+            cbuf.reserve(buffer);
+        }
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| !s.state.replies.is_empty())
+        {
+            tokio::task::yield_now().await;
+            // `next_event` turns it round: the server is read first.
+            self.client_first = true;
         }
     }
 

@@ -5,4 +5,5 @@
 
 mod copy;
 mod desync;
+mod fairness;
 mod memory;
