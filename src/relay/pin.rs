@@ -398,21 +398,8 @@ impl Relay {
                 srv.mark_unseen(crate::session_state::detect::Unseen::Any);
             }
         }
-        if parse
-            && self.policy.tracking
-            && self.policy.track_settings
-            && self.policy.session_state == StateRule::Pin
-            && !msg.get(HEADER_LEN).is_some_and(|&b| b == 0)
-            && whole
-            && matches!(
-                found[..],
-                [(_, Effect::Listen { .. } | Effect::Unlisten { .. })]
-            )
-            && super::subscribe::is_lone(msg)
-        {
-            // A named statement that is a lone `LISTEN`/`UNLISTEN`: run without a server
-            // where its batch does nothing else, and pinning where a server runs it
-            // (`Relay::pin_if_listens`), not where it is merely made.
+        if parse && whole && self.made_lone_subscription(msg, &found) {
+            // Pins where a server runs it (`Relay::pin_if_listens`), not where it is made.
             found.clear();
         }
         if tag == f::QUERY_TAG

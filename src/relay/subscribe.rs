@@ -38,6 +38,23 @@ pub(super) fn may_subscribe(sql: &[u8]) -> bool {
     }
 }
 
+impl Relay {
+    /// Whether the whole Parse `msg`, whose effects are `found`, makes a named statement
+    /// that is a lone `LISTEN`/`UNLISTEN` (`track` with `track_prepared`): run without a
+    /// server where its batch does nothing else, and pinning where a server runs it.
+    pub(super) fn made_lone_subscription(&self, msg: &[u8], found: &[(usize, Effect)]) -> bool {
+        self.policy.tracking
+            && self.policy.track_settings
+            && self.policy.session_state == super::StateRule::Pin
+            && !msg.get(frame::HEADER_LEN).is_some_and(|&b| b == 0)
+            && matches!(
+                found,
+                [(_, Effect::Listen { .. } | Effect::Unlisten { .. })]
+            )
+            && is_lone(msg)
+    }
+}
+
 /// Whether the whole Parse `msg` is of a lone `LISTEN`/`UNLISTEN`.
 pub(super) fn is_lone(msg: &[u8]) -> bool {
     f::parse_parts(msg).is_ok_and(|(_, sql, _)| may_subscribe(sql) && of_text(sql).is_some())
