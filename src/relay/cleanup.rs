@@ -146,27 +146,43 @@ impl Relay {
         }
     }
 
-    /// Sends the clean-up `c` to `srv`: its replies are the pooler's.
+    /// Sends the clean-up `c` to `srv`, and the client's settings right behind it (one
+    /// round trip): what the server holds after `DISCARD ALL` is known beforehand (nothing of
+    /// any client's, the parameters it logged in with), so the settings are computed against
+    /// that. Their replies are the pooler's.
     fn begin_cleanup<I: Io>(&mut self, srv: &mut ServerState, c: Cleanup, io: &mut I) {
         self.metrics
             .clients
             .session_resets
             .with_label_values(&[c.reason.label()])
             .inc();
-        match c.what {
-            Unseen::Sequences => frontend::query(&mut self.sout, "DISCARD SEQUENCES"),
+        let mut sql = match c.what {
+            Unseen::Sequences => {
+                frontend::query(&mut self.sout, "DISCARD SEQUENCES");
+                String::new()
+            }
             Unseen::Any => {
                 frontend::query(&mut self.sout, "DISCARD ALL");
-                self.owe(srv, Owed::Internal);
+                srv.reset_as_new();
                 // A value in [-1, 1] the previous client cannot know.
-                let seed = io.seed();
-                frontend::query(
-                    &mut self.sout,
-                    &format!("SELECT pg_catalog.setseed({seed})"),
-                );
+                format!("SELECT pg_catalog.setseed({});", io.seed())
             }
-        }
+        };
         self.owe(srv, Owed::Internal);
+        srv.unseen = None;
+        match sync_query(srv, &self.client.params, self.settings()) {
+            Some((sync, replay)) => {
+                if replay {
+                    self.count_replays();
+                }
+                sql.push_str(&sync);
+            }
+            None => srv.set_in_sync(&self.client.params),
+        }
+        if !sql.is_empty() {
+            frontend::query(&mut self.sout, &sql);
+            self.owe(srv, Owed::Internal);
+        }
         self.batch.release_due = false;
         self.prelude = match c.what {
             Unseen::Sequences => Prelude::CleaningSequences,
@@ -176,22 +192,17 @@ impl Relay {
             .server_cleaned(srv.id, self.id, c.reason.label());
     }
 
-    /// A ReadyForQuery ended the prelude's queries on `srv` with nothing left owed: the
-    /// clean-up is followed by the client's settings, and those by the client's messages.
+    /// A ReadyForQuery answered one of the prelude's queries on `srv`: the clean-up's moves
+    /// the prelude on to the settings; the last one (nothing left owed) ends it, and the
+    /// client's messages go on.
     #[cold]
     pub(super) fn prelude_ready(&mut self, srv: &mut ServerState) {
-        if let Prelude::CleaningSequences | Prelude::CleaningAny = self.prelude {
-            if self.prelude == Prelude::CleaningAny {
-                srv.reset_as_new();
-            }
-            srv.unseen = None;
-            if self.begin_sync(srv) {
-                return;
-            }
-        } else {
-            let wanted = self.settings().clone();
-            synced(srv, &self.client.params, &wanted);
+        if !srv.replies.is_empty() {
+            self.prelude = Prelude::Syncing;
+            return;
         }
+        let wanted = self.settings().clone();
+        synced(srv, &self.client.params, &wanted);
         self.prelude = Prelude::Idle;
         self.batch.release_due = false;
         self.batch.clean = true;

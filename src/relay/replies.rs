@@ -409,11 +409,11 @@ impl Relay {
                 self.client.cout.extend_from_slice(&m);
             }
         }
+        if step.ready && self.in_prelude() {
+            self.prelude_ready(srv);
+            return;
+        }
         if step.ready && srv.replies.is_empty() {
-            if self.in_prelude() {
-                self.prelude_ready(srv);
-                return;
-            }
             if self.client.log.is_some() {
                 self.settle_settings(srv);
             }

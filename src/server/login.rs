@@ -85,7 +85,10 @@ async fn login_inner(t: &ServerTarget) -> Result<ServerConn, ServerError> {
                 conn.key = backend::parse_backend_key(f.body())?;
                 conn.state.pid = conn.key.0;
             }
-            backend::READY_FOR_QUERY_TAG => return Ok(conn),
+            backend::READY_FOR_QUERY_TAG => {
+                conn.state.note_login();
+                return Ok(conn);
+            }
             backend::ERROR_RESPONSE_TAG => {
                 return Err(ServerError::Rejected(backend::parse_error(f.body())?))
             }

@@ -76,6 +76,8 @@ pub struct ServerState {
     pub orphans_seen: u64,
     /// The client that held it last (0: none since it was opened or reset).
     pub last_client: u64,
+    /// The parameters it reported at login: what `DISCARD ALL` brings back.
+    login_params: Params,
     /// What work the pooler could not see into may have left here since it was last
     /// cleaned (`None`: nothing).
     pub unseen: Option<Unseen>,
@@ -150,12 +152,25 @@ impl ServerState {
         self.unseen = self.unseen.max(Some(what));
     }
 
-    /// The session was reset as a new one (`DISCARD ALL`): nothing of any client's is left.
+    /// The login is over: what it reported is what a reset brings back.
+    pub fn note_login(&mut self) {
+        self.login_params = self.params.clone();
+    }
+
+    /// The session was reset as a new one (`DISCARD ALL`): nothing of any client's is left,
+    /// and its settings are those it logged in with (`in_hot_standby`, which says what the
+    /// host is now, aside).
     pub fn reset_as_new(&mut self) {
         self.statements.clear();
         self.applied = Params::default();
         self.settings.clear_all();
         self.unseen = None;
+        for (k, v) in self.login_params.clone().iter() {
+            if k != "in_hot_standby" {
+                self.params.set(k, v);
+            }
+        }
+        self.in_sync = None;
     }
 
     /// Gives back what a large message or a long pipeline grew (the read buffer, the reply

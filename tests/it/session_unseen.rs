@@ -699,3 +699,57 @@ async fn plain_workloads_make_no_clean_up() {
         assert_eq!(resets(&p, reason), 0.0, "{reason}");
     }
 }
+
+/// After a clean-up the next client's own settings are there: its startup parameters
+/// (application_name, a `-c` option) and, under `track`, what it SET in an earlier
+/// transaction on another server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_clients_own_settings_follow_a_clean_up() {
+    block_in_place(setup_db);
+    for state in ["pin", "track"] {
+        let p = start(state, false);
+        let a = support::connect(&format!(
+            "{} application_name=a_app options='-c work_mem=3MB'",
+            p.conn_string(USER, DB)
+        ))
+        .await;
+        let b = support::connect(&format!(
+            "{} application_name=b_app options='-c work_mem=7MB'",
+            p.conn_string(USER, DB)
+        ))
+        .await;
+        if state == "track" {
+            b.simple_query("SET statement_timeout = '42s'")
+                .await
+                .unwrap();
+        }
+        a.simple_query("SELECT unseen_pl_set()").await.unwrap();
+        let cleaned = resets(&p, "opaque");
+        let ask_b = |sql: &'static str| {
+            let b = &b;
+            async move { ask(b, sql).await }
+        };
+        assert_eq!(
+            ask_b("SHOW application_name").await,
+            Ok("b_app".into()),
+            "{state}"
+        );
+        assert_eq!(ask_b("SHOW work_mem").await, Ok("7MB".into()), "{state}");
+        assert_eq!(
+            ask_b("SHOW search_path").await,
+            Ok("\"$user\", public".into()),
+            "{state}"
+        );
+        if state == "track" {
+            assert_eq!(ask_b("SHOW statement_timeout").await, Ok("42s".into()));
+        }
+        assert_eq!(resets(&p, "opaque"), cleaned + 1.0, "{state}: one clean-up");
+        // And A's, on the same server after B.
+        assert_eq!(
+            ask(&a, "SHOW application_name").await,
+            Ok("a_app".into()),
+            "{state}"
+        );
+        assert_eq!(ask(&a, "SHOW work_mem").await, Ok("3MB".into()), "{state}");
+    }
+}
