@@ -50,6 +50,9 @@ CLK_TCK = int(subprocess.run(["getconf", "CLK_TCK"], capture_output=True, text=T
 
 
 # --- helpers -------------------------------------------------------------------
+# Where the sections other scripts write into docs/benchmarks.md begin (kept by a new run).
+KEPT_MARKER = "<!-- sections below: written by other scripts, kept by bench/run.sh -->"
+
 def median(values):
     vals = [v for v in values if v is not None and not math.isnan(v)]
     return statistics.median(vals) if vals else None
@@ -902,8 +905,18 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
             f"| {fmt(r.latency_avg_ms, '.3f')} | {fmt(r.p99_ms, '.3f', '–')} | {r.exit_code} "
             f"| {fmt(r.other_cpu_pct, '.1f')} % |")
     add("")
+    # Sections other scripts write (bench/unseen.sh) follow a marker and are kept.
+    kept = ""
+    if os.path.exists(md_path):
+        with open(md_path) as f:
+            old = f.read()
+        at = old.find(KEPT_MARKER)
+        if at >= 0:
+            kept = old[at:]
     with open(md_path, "w") as f:
         f.write("\n".join(L))
+        if kept:
+            f.write("\n" + kept)
 
 
 def _err_cell(e):
