@@ -36,15 +36,33 @@ pub enum Stopped {
     Drained,
     /// The deadline cancelled queries or closed clients.
     Forced,
+    /// A second SIGTERM or SIGINT stopped it at once.
+    Interrupted,
 }
 
-/// Runs the pooler until a drain finishes.
+/// Runs the pooler until a drain finishes, or a second signal stops it.
 pub async fn run(config: Config, cli: Arc<Cli>) -> Result<Stopped, AppError> {
-    let addr = SocketAddr::new(config.listen.addr, config.listen.port);
     let shared = Shared::new(config.clone());
+    let lifecycle = shared.clone();
+    tokio::select! {
+        stopped = serve(config, cli, shared) => stopped,
+        () = lifecycle.lifecycle.interrupted() => Ok(Stopped::Interrupted),
+    }
+}
+
+async fn serve(config: Config, cli: Arc<Cli>, shared: Arc<Shared>) -> Result<Stopped, AppError> {
+    let addr = SocketAddr::new(config.listen.addr, config.listen.port);
     shared.load_secrets(&config)?;
     // The admin server first: /startupz answers 503 until the listener is bound.
-    let admin = crate::admin::start(shared.clone()).map_err(AppError::Admin)?;
+    let (admin, admin_runtime) = crate::admin::start(shared.clone()).map_err(AppError::Admin)?;
+    // Installed before the pooler says it listens, so a signal is never met by the default
+    // action (which, for SIGHUP, would end the process); run on the admin runtime, so a
+    // drain starts however busy the data plane is.
+    let signals = {
+        let _in_runtime = admin_runtime.enter();
+        Signals::install().map_err(AppError::Admin)?
+    };
+    admin_runtime.spawn(handle_signals(signals, shared.clone()));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| AppError::Bind { addr, source })?;
@@ -209,4 +227,52 @@ async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker) -> Stopped {
         let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
     }
     Stopped::Forced
+}
+
+/// The signals the pooler handles, registered with the admin runtime.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must run inside the admin runtime's context.
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// SIGTERM/SIGINT start a drain; a second one stops at once. SIGHUP reloads the config.
+async fn handle_signals(signals: Signals, shared: Arc<Shared>) {
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
+    let drain_shared = shared.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining"),
+            _ = int.recv() => tracing::info!("SIGINT: draining"),
+        }
+        drain_shared.lifecycle.begin_drain();
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        tracing::warn!("second signal: stopping now");
+        drain_shared.lifecycle.interrupt();
+    });
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            shared.reload.notify_one();
+        }
+    });
 }

@@ -19,10 +19,11 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     let stopped = runtime.block_on(droid_pool::app::run(config, std::sync::Arc::new(cli)))?;
-    // Exit 0 only when the drain finished before its deadline.
+    // Exit 0 only when the drain finished before its deadline; 2 for a second signal.
     std::process::exit(match stopped {
         droid_pool::app::Stopped::Drained => 0,
         droid_pool::app::Stopped::Forced => 1,
+        droid_pool::app::Stopped::Interrupted => 2,
     })
 }
 

@@ -36,6 +36,9 @@ pub struct Lifecycle {
     pub completed: AtomicU64,
     pub refused: AtomicU64,
     pub aborted: AtomicU64,
+    /// A second SIGTERM/SIGINT: stop now, whatever the drain is doing.
+    interrupted: AtomicBool,
+    interrupt: tokio::sync::Notify,
 }
 
 impl Lifecycle {
@@ -57,6 +60,26 @@ impl Lifecycle {
             completed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             aborted: AtomicU64::new(0),
+            interrupted: AtomicBool::new(false),
+            interrupt: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Stop now (a second signal): the composition root returns at once, and the process
+    /// exits with the code `main.rs` gives an interrupted stop.
+    pub fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::Release);
+        self.interrupt.notify_waiters();
+    }
+
+    /// Waits for [`Lifecycle::interrupt`].
+    pub async fn interrupted(&self) {
+        loop {
+            let notified = self.interrupt.notified();
+            if self.interrupted.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
         }
     }
 

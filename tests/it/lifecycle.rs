@@ -1242,3 +1242,29 @@ async fn a_drain_gives_idle_servers_back_at_once() {
     let status = wait_exit(&pooler, Duration::from_secs(10));
     assert_eq!(exit_code(status), Ok(0));
 }
+
+/// A second SIGTERM stops the pooler at once, in the middle of a drain that a client inside
+/// a transaction keeps waiting: exit code 2 (`main.rs`), well before the drain's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_at_once() {
+    let pg = support::shared();
+    let yaml = "drain:\n  mode: wait-for-clients\n  accept_window: 0s\n  timeout: 60s\n";
+    let pooler = start_with_config(pg, yaml, &[]);
+    let (client, _conn) = connect_watched(&pooler).await;
+    client.simple_query("BEGIN").await.expect("begin");
+    block_in_place(|| pooler.signal("TERM"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !pooler.has_exited(),
+        "the drain waits for the client in its transaction"
+    );
+    let t0 = Instant::now();
+    block_in_place(|| pooler.signal("TERM"));
+    let status = wait_exit(&pooler, Duration::from_secs(10));
+    assert_eq!(exit_code(status), Ok(2), "exit code after a second SIGTERM");
+    assert!(
+        t0.elapsed() <= Duration::from_secs(3),
+        "exited {:?} after the second SIGTERM",
+        t0.elapsed()
+    );
+}
