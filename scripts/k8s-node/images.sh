@@ -89,6 +89,16 @@ if ! have localhost/pause:1.0; then
 fi
 
 # --- the project's Dockerfile ----------------------------------------------------------------
+# Each build leaves its predecessor's layers behind (and a failed one its working container):
+# a machine that runs the stages often fills its disk. Below 20 GiB free, everything no tagged
+# image needs goes first (the build stage's layer cache with it: that costs one apt-get).
+"${B[@]}" rm --all >/dev/null 2>&1 || true
+free_gib() { df -P --block-size=1G "$CACHE" | awk 'NR==2 {print $4}'; }
+if (($(free_gib) < 20)); then
+  log "$(free_gib) GiB free under $CACHE: pruning images no tag needs"
+  "${B[@]}" rmi --prune >/dev/null 2>&1 || true
+fi
+(($(free_gib) >= 8)) || { log "only $(free_gib) GiB free under $CACHE; the build needs about 8"; exit 1; }
 log "droid-pool:e2e from $root/Dockerfile ($*)"
 start=$SECONDS
 "${B[@]}" "${BUD[@]}" "$@" -f "$root/Dockerfile" -t docker.io/library/droid-pool:e2e "$root" \
