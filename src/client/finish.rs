@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::error::ClientError;
 use super::session::Session;
-use crate::config::PoolMode;
 use crate::pool::{CloseReason, Pool};
+use crate::relay::Leave;
 use crate::server::{self, Server};
 
 impl Session<'_> {
@@ -38,29 +38,24 @@ impl Session<'_> {
     pub(super) fn finish(&mut self, close: Option<CloseReason>) {
         let srv = self.server.as_ref().map(|s| &s.state);
         let mut wire = Session::wire(self.client, &self.shared.cancels);
-        let clean = self.relay.finish(srv, &mut wire) && close.is_none();
+        let cfg = self.shared.config.load();
+        let reset = &cfg.pool.reset_query;
+        let leave = self.relay.finish(srv, &mut wire, !reset.is_empty());
         let Some(conn) = self.server.take() else {
             return;
         };
         self.cancel.clear();
-        let cfg = self.shared.config.load();
-        let reset = &cfg.pool.reset_query;
-        // A pinned client's server holds its session state (a setting, a temp table, a
-        // lock...): reset before anyone else gets it, or closed when there is no reset query.
-        let pinned = self.relay.pinned().is_some();
-        if !clean {
-            self.pool
-                .discard(conn, close.unwrap_or(CloseReason::ClientEnded));
-        } else if (self.relay.policy().mode == PoolMode::Session || pinned) && !reset.is_empty() {
-            if pinned {
-                let m = &self.shared.metrics.clients.session_resets;
-                m.with_label_values(&["leave"]).inc();
+        match (close, leave) {
+            (Some(why), _) => self.pool.discard(conn, why),
+            (None, Some(Leave::Reset { pinned })) => {
+                if pinned {
+                    let m = &self.shared.metrics.clients.session_resets;
+                    m.with_label_values(&["leave"]).inc();
+                }
+                tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
             }
-            tokio::spawn(reset_and_checkin(self.pool.clone(), conn, reset.clone()));
-        } else if pinned {
-            self.pool.discard(conn, CloseReason::ClientEnded);
-        } else {
-            self.pool.checkin(conn);
+            (None, Some(Leave::Return)) => self.pool.checkin(conn),
+            (None, Some(Leave::Close) | None) => self.pool.discard(conn, CloseReason::ClientEnded),
         }
     }
 }

@@ -27,18 +27,16 @@ impl Session<'_> {
         }
     }
 
-    /// Lets the held server go as unusable and keeps the client.
+    /// Lets the held server go as unusable and keeps the client. Returns committed
+    /// subscriptions still to make ([`Session::follow_pin`]).
     #[cold]
-    pub(super) fn lose_idle_server(&mut self) {
-        let Some(conn) = self.server.take() else {
-            return;
-        };
+    pub(super) fn lose_idle_server(&mut self) -> Option<Vec<crate::relay::Subscribe>> {
+        let conn = self.server.take()?;
         self.relay.lose_idle_server(&conn.state);
         self.cancel.clear();
         self.pool.discard(conn, CloseReason::Unusable);
-        if self.relay.take_pin_change() {
-            self.follow_pin();
-        }
+        let change = self.relay.take_pin_change()?;
+        self.follow_pin(change)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
-use crate::relay::{subscribe, Io, Kind, Next, Policy, Relay, Subscribe};
+use crate::relay::{subscribe, Io, Kind, Next, PinChange, Policy, Relay, Subscribe, TimedOut};
 use crate::server::Server;
 use crate::shared::Shared;
 
@@ -97,8 +97,6 @@ pub struct Session<'a> {
     pub(super) warm: Warm,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
-    /// Committed `LISTEN`s wait to be made before the round ends.
-    subscriptions_due: bool,
     /// The pooler's timeouts' timer, when one is on.
     pub(super) timer: Option<Box<Timer>>,
     /// The configuration generation the relay's policy was made from (its low bits): the
@@ -153,7 +151,6 @@ impl<'a> Session<'a> {
                 limit: cfg.client.warm_sessions,
             },
             client_first: false,
-            subscriptions_due: false,
             timer: None,
             policy_generation: generation as u32,
             inbox: None,
@@ -317,7 +314,11 @@ impl<'a> Session<'a> {
                         self.client_streams().await;
                     }
                 }
-                Event::Server(r) if self.idle_server_left(&r) => self.lose_idle_server(),
+                Event::Server(r) if self.idle_server_left(&r) => {
+                    if let Some(due) = self.lose_idle_server() {
+                        Box::pin(self.follow_subscriptions(due)).await;
+                    }
+                }
                 Event::Server(r) => match r {
                     Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
                     Err(e) => return Err(ClientError::ServerLost(e.into())),
@@ -467,15 +468,30 @@ impl<'a> Session<'a> {
                     cancels: &self.shared.cancels,
                 },
             )?;
-            match next {
+            // The actions that carry data are taken apart first: nothing of `next` lives
+            // across the usual round's awaits (this future stays the size it was).
+            let next = match next {
+                // Boxed: rare.
+                Next::Subscribe { subs, in_block } => {
+                    Box::pin(self.subscribe(subs, in_block)).await;
+                    continue;
+                }
+                Next::FreeDatabase(db) => {
+                    self.free_database(&db);
+                    continue;
+                }
                 Next::Done => break,
-                Next::FlushServer => self.flush_server().await?,
+                Next::FlushServer => None,
                 Next::Quit => {
                     self.flush_server().await?;
                     self.flush_client().await?;
                     return Ok(Flow::Quit);
                 }
-                Next::NeedServer { tag } => {
+                Next::NeedServer { tag } => Some(tag),
+            };
+            match next {
+                None => self.flush_server().await?,
+                Some(tag) => {
                     // Awaited here, not through a future of its own: most transactions wait
                     // when clients outnumber servers, and each level is polled on each wake.
                     if let Err(taken) = self.acquire_now() {
@@ -486,8 +502,6 @@ impl<'a> Session<'a> {
                         }
                     }
                 }
-                // Boxed: rare, and this future stays the size it was.
-                Next::Aside => Box::pin(self.aside()).await,
             }
         }
         self.finish_round().await?;
@@ -528,13 +542,14 @@ impl<'a> Session<'a> {
         } else {
             self.relay.server_sent();
         }
-        let released = self.maybe_release();
+        let (notified, due) = self.maybe_release();
         // The rare ends of a round share one await point (the usual round's future stays as
         // it was): committed subscriptions made, a listening client's own notification waited
-        // for.
-        let notified = released && self.inbox.is_some() && self.relay.take_notified();
-        if notified || self.subscriptions_due {
-            Box::pin(self.rare_round_end(notified)).await?;
+        // for. (`due` is moved in either arm: nothing of it lives across the round's awaits.)
+        let notified = notified && self.inbox.is_some();
+        match (notified, due) {
+            (false, None) => {}
+            (notified, due) => Box::pin(self.rare_round_end(notified, due)).await?,
         }
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
@@ -548,43 +563,58 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Gives the server back if the relay says the transaction is over; returns whether it
-    /// did. Inlined: the round's end is the hot path, and the pin check's call is cold.
+    /// Follows a change of the client's pin, then gives the server back if the transaction is
+    /// over. Returns whether it did and a listening client's transaction mentioned `notify`,
+    /// and the committed subscriptions to make before the round ends
+    /// ([`Session::follow_pin`]). Inlined: the round's end is the hot path, and the pin
+    /// change's call is cold.
     #[inline(always)]
-    fn maybe_release(&mut self) -> bool {
-        if self.relay.take_pin_change() {
-            self.follow_pin();
-        }
+    fn maybe_release(&mut self) -> (bool, Option<Vec<Subscribe>>) {
+        let due = match self.relay.take_pin_change() {
+            Some(change) => self.follow_pin(change),
+            None => None,
+        };
+        (self.release_if_over(), due)
+    }
+
+    /// Gives the server back if the relay says the transaction is over; returns whether it
+    /// did and a listening client's transaction mentioned `notify`
+    /// ([`crate::relay::Released::notified`]).
+    #[inline(always)]
+    fn release_if_over(&mut self) -> bool {
         let Some(conn) = self.server.as_ref() else {
             return false;
         };
-        if !self.relay.release_ready(&conn.state) {
-            return false;
-        }
-        let Some(mut conn) = self.server.take() else {
-            return false;
-        };
-        let now = self.relay.release(
+        let Some(released) = self.relay.release(
             &conn.state,
             &mut Wire {
                 client: &mut *self.client,
                 cancels: &self.shared.cancels,
             },
-        );
+        ) else {
+            return false;
+        };
+        let Some(mut conn) = self.server.take() else {
+            return false;
+        };
         self.cancel.clear();
         conn.state.trim_buffers();
-        self.pool.checkin_at(conn, now);
-        true
+        self.pool.checkin_at(conn, released.at);
+        released.notified
     }
 
     /// The committed subscriptions, then the wait for a listening client's own notification
     /// (`notified`): its notification, and any committed before it, goes out before its
     /// ReadyForQuery, as directly.
     #[cold]
-    async fn rare_round_end(&mut self, notified: bool) -> Result<(), ClientError> {
-        if std::mem::take(&mut self.subscriptions_due) {
+    async fn rare_round_end(
+        &mut self,
+        notified: bool,
+        due: Option<Vec<Subscribe>>,
+    ) -> Result<(), ClientError> {
+        if let Some(due) = due {
             // Boxed: this future's drop stays small enough to inline in the usual round.
-            Box::pin(self.follow_subscriptions()).await;
+            Box::pin(self.follow_subscriptions(due)).await;
         }
         if notified {
             self.caught_up().await;
@@ -607,18 +637,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// What the relay asked to be done aside ([`Next::Aside`]): a Query or batch of
-    /// `LISTEN`s/`UNLISTEN`s (`track`), done with the pool's listening connection, so the
-    /// client holds no server for it, and answered as PostgreSQL answers it; or a database
-    /// freed for a statement.
+    /// A Query or batch of `LISTEN`s/`UNLISTEN`s (`track`, [`Next::Subscribe`]), done with
+    /// the pool's listening connection, so the client holds no server for it, and answered
+    /// as PostgreSQL answers it.
     #[cold]
-    async fn aside(&mut self) {
-        let subs = self.relay.take_subscribes();
-        if subs.is_empty() {
-            self.free_database();
-            return;
-        }
-        let results = if self.relay.in_block() {
+    async fn subscribe(&mut self, subs: Vec<Subscribe>, in_block: bool) {
+        let results = if in_block {
             self.subscribe_in_block(&subs).await
         } else {
             self.subscribe_now(&subs).await
@@ -736,8 +760,8 @@ impl<'a> Session<'a> {
     /// hears of the commit: what is committed after its `COMMIT` returns reaches it, as
     /// directly. A `LISTEN` that cannot be made is warned of (its transaction committed).
     #[cold]
-    async fn follow_subscriptions(&mut self) {
-        for sub in self.relay.take_subscriptions() {
+    async fn follow_subscriptions(&mut self, due: Vec<Subscribe>) {
+        for sub in due {
             match sub {
                 Subscribe::Listen(channel) => {
                     if let Err(e) = self.listen(&channel, 0).await {
@@ -769,13 +793,10 @@ impl<'a> Session<'a> {
     /// that no client uses close their servers first. Another role's pools are left alone,
     /// so a client cannot make another tenant's servers churn.
     #[cold]
-    fn free_database(&mut self) {
-        let Some(db) = self.relay.database_to_free() else {
-            return;
-        };
+    fn free_database(&mut self, db: &str) {
         let (_, user) = self.pool.server_login();
         for pool in self.shared.pools.all() {
-            if pool.is(&self.pool) || pool.server_login() != (db.as_str(), user) {
+            if pool.is(&self.pool) || pool.server_login() != (db, user) {
                 continue;
             }
             if pool.free_for_database_command() {
@@ -828,10 +849,13 @@ impl<'a> Session<'a> {
         });
     }
 
-    /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow.
+    /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow;
+    /// committed `UNLISTEN`s alone are made now. Returns committed subscriptions that
+    /// include a `LISTEN`, which waits to be made, with the rest in order, before the round
+    /// ends.
     #[cold]
-    pub(super) fn follow_pin(&mut self) {
-        if self.relay.take_discarded() {
+    pub(super) fn follow_pin(&mut self, change: PinChange) -> Option<Vec<Subscribe>> {
+        if change.discarded {
             // DISCARD ALL includes UNLISTEN *.
             if let Some(inbox) = self.inbox.as_deref_mut() {
                 self.pool.unlisten(self.relay.id(), None);
@@ -839,18 +863,18 @@ impl<'a> Session<'a> {
                 self.relay.set_listening(false);
             }
         }
-        // `LISTEN`s and `UNLISTEN`s of the client's that committed: a `LISTEN` is made
-        // before the round ends (`finish_round`); `UNLISTEN`s alone are done now.
-        if self.relay.listens_due() {
-            self.subscriptions_due = true;
+        let subs = change.subscriptions;
+        let due = if subs.iter().any(|s| matches!(s, Subscribe::Listen(_))) {
+            Some(subs)
         } else {
-            for sub in self.relay.take_subscriptions() {
+            for sub in subs {
                 if let Subscribe::Unlisten(channel) = sub {
                     self.unlisten(channel.as_deref());
                 }
             }
-        }
-        let now = self.relay.pinned().map(|p| p.label());
+            None
+        };
+        let now = change.pinned.map(|p| p.label());
         if let Some(was) = self.cancel.pin() {
             self.member.unpin(was);
         }
@@ -858,46 +882,41 @@ impl<'a> Session<'a> {
             self.member.pin(reason);
         }
         self.cancel.set_pin(now);
+        due
     }
 
     /// A timeout fired: a query is cancelled (the session goes on); an idle or too long
     /// transaction ends the session, its server closed (PostgreSQL rolls it back).
     fn timed_out(&mut self, kind: Kind) -> Result<(), ClientError> {
-        let (code, message) = match kind {
-            Kind::Query => {
-                self.relay.query_timed_out();
+        let srv = self.server.as_ref().map(|s| &s.state);
+        match self.relay.timed_out(kind, srv) {
+            TimedOut::CancelQuery => {
                 tracing::info!(
                     client = self.relay.id(),
                     "query_timeout: cancelling the running query"
                 );
                 self.cancel.cancel_now(self.shared.cancel_sender());
-                return Ok(());
+                Ok(())
             }
-            Kind::IdleTransaction => (
-                sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
-                "terminating connection due to idle-in-transaction timeout (pool.idle_transaction_timeout)",
-            ),
-            Kind::Transaction => (
-                sqlstate::TRANSACTION_TIMEOUT,
-                "terminating connection due to transaction timeout (pool.transaction_timeout)",
-            ),
-        };
-        self.relay.count_timeout(kind);
-        tracing::info!(
-            client = self.relay.id(),
-            timeout = kind.label(),
-            "closing the client and its server"
-        );
-        if self.server.as_ref().is_some_and(|s| !s.replies.is_empty()) {
-            // A statement still runs: cancel it, or the backend would run it to its end.
-            self.cancel.cancel_now(self.shared.cancel_sender());
+            TimedOut::Close {
+                code,
+                message,
+                cancel_running,
+            } => {
+                tracing::info!(
+                    client = self.relay.id(),
+                    timeout = kind.label(),
+                    "closing the client and its server"
+                );
+                if cancel_running {
+                    self.cancel.cancel_now(self.shared.cancel_sender());
+                }
+                Err(ClientError::Fatal {
+                    code,
+                    message: message.into(),
+                })
+            }
         }
-        // Not returned to the pool: closing it is PostgreSQL's rollback.
-        self.relay.forget_server_fatal();
-        Err(ClientError::Fatal {
-            code,
-            message: message.into(),
-        })
     }
 
     /// The pool refused or failed to give a server: answer the request with an ERROR and keep

@@ -170,7 +170,7 @@ impl Relay {
                     if let Some(subs) = subscribe::of_query(&self.client.cbuf[..seen]) {
                         self.drop_client(seen, total);
                         self.client.subscribe = Some(subscribe::Subscribes::of(subs));
-                        return Ok(Next::Aside);
+                        return Ok(self.subscribe_next());
                     }
                 }
                 if self.policy.track_settings
@@ -178,7 +178,7 @@ impl Relay {
                     && self.may_subscribe_extended(tag)
                     && self.extended_subscription()
                 {
-                    return Ok(Next::Aside);
+                    return Ok(self.subscribe_next());
                 }
                 if self.needs_server(tag, &self.client.cbuf[..seen], whole)? {
                     if tag == f::QUERY_TAG && whole {
@@ -193,7 +193,7 @@ impl Relay {
                 match self.subscribes_in_block(held, tag, hooked, whole, seen) {
                     None => {}
                     Some(false) => continue,
-                    Some(true) => return Ok(Next::Aside),
+                    Some(true) => return Ok(self.subscribe_next()),
                 }
             }
             if tag == f::BIND_TAG
@@ -215,8 +215,10 @@ impl Relay {
                     ExecuteKept::Rewritten(query) => (seen, total) = self.put_in_place(seen, query),
                 }
             }
-            if whole && self.names_database(tag) {
-                return Ok(Next::Aside);
+            if whole {
+                if let Some(db) = self.names_database(tag) {
+                    return Ok(Next::FreeDatabase(db));
+                }
             }
             // Handled in place (no split of the buffer per message): the buffer is lent out
             // for the call, which needs the relay mutably.
@@ -279,7 +281,7 @@ impl Relay {
     /// an extended-protocol batch that does nothing else) in the client's open block, in
     /// transaction mode, with nothing in flight on `held` and no pin: taken from the client
     /// (`Relay::subscribe_in_block`). Returns `None` if it is not one, otherwise whether the
-    /// driver does it now ([`Next::Aside`]).
+    /// driver does it now ([`Next::Subscribe`]).
     #[cold]
     fn subscribes_in_block(
         &mut self,
@@ -332,11 +334,11 @@ impl Relay {
         backend::notice_response(&mut self.client.cout, fields);
     }
 
-    /// Whether the whole Query or Parse in front is a statement that needs a database free
-    /// of other sessions ([`Next::Aside`]), not yet told to the driver. Every other text
-    /// costs a look at its first byte (a named Parse's, at its name's).
+    /// The database the whole Query or Parse in front needs free of other sessions
+    /// ([`Next::FreeDatabase`]), if the driver has not been told yet. Every other text costs
+    /// a look at its first byte (a named Parse's, at its name's).
     #[inline(always)]
-    fn names_database(&mut self, tag: u8) -> bool {
+    fn names_database(&mut self, tag: u8) -> Option<String> {
         let cbuf = &self.client.cbuf;
         let first = match tag {
             f::QUERY_TAG => cbuf.get(frame::HEADER_LEN),
@@ -345,24 +347,28 @@ impl Relay {
                 Some(0) => cbuf.get(frame::HEADER_LEN + 1),
                 _ => Some(&b' '),
             },
-            _ => return false,
+            _ => return None,
         };
-        first.is_some_and(|&b| MAY_NAME_DATABASE[b as usize]) && self.names_database_cold()
+        if !first.is_some_and(|&b| MAY_NAME_DATABASE[b as usize]) {
+            return None;
+        }
+        self.names_database_cold()
     }
 
     #[cold]
-    fn names_database_cold(&mut self) -> bool {
+    fn names_database_cold(&mut self) -> Option<String> {
         // Told already: this call passes it on.
         if std::mem::take(&mut self.batch.freeing) {
-            return false;
+            return None;
         }
-        self.batch.freeing = self.database_to_free().is_some();
-        self.batch.freeing
+        let db = self.database_to_free();
+        self.batch.freeing = db.is_some();
+        db
     }
 
     /// The database the whole Query or Parse in front needs free of other sessions (a
     /// `DROP DATABASE`, an `ALTER DATABASE ... RENAME`, a `CREATE DATABASE ... TEMPLATE`).
-    pub fn database_to_free(&self) -> Option<String> {
+    fn database_to_free(&self) -> Option<String> {
         let (tag, len) = frame::peek_header(&self.client.cbuf)?;
         let msg = self.client.cbuf.get(..len as usize + 1)?;
         let text = match tag {
@@ -373,9 +379,17 @@ impl Relay {
         crate::session_state::detect::database_needed_free(text)
     }
 
-    /// The `LISTEN`s/`UNLISTEN`s of [`Next::Aside`], in order, for the driver to do (none:
-    /// the aside is something else).
-    pub fn take_subscribes(&mut self) -> Vec<Subscribe> {
+    /// The driver's [`Next::Subscribe`] for the subscriptions just noted.
+    #[cold]
+    fn subscribe_next(&mut self) -> Next {
+        Next::Subscribe {
+            subs: self.take_subscribes(),
+            in_block: self.in_block(),
+        }
+    }
+
+    /// The `LISTEN`s/`UNLISTEN`s noted for the driver, in order.
+    fn take_subscribes(&mut self) -> Vec<Subscribe> {
         match self.client.subscribe.as_deref_mut() {
             // What an extended batch answers before each later statement's CommandComplete
             // stays for [`Relay::subscribed`].
@@ -457,12 +471,6 @@ impl Relay {
     /// The client listens (or no longer does) through the pool's listening connection.
     pub fn set_listening(&mut self, on: bool) {
         self.client.listening = on;
-    }
-
-    /// Whether the client's texts mentioned `notify` since this was last asked (its
-    /// transaction may have sent a notification it listens for itself).
-    pub fn take_notified(&mut self) -> bool {
-        std::mem::take(&mut self.batch.notified)
     }
 
     /// Runs `deliver` (which adds notifications for the client) so that what it adds goes

@@ -3,7 +3,7 @@
 //! flight, skip-to-Sync, COPY, the plan-change retry, the release decision, the timeouts as
 //! deadlines) and works on the protocol state of the server it holds ([`ServerState`]).
 //! Bytes and the time go in; bytes for either side and what to do next come out ([`Next`],
-//! [`Relay::release_ready`], [`Relay::deadline`]). No socket, no task, no await: the session
+//! [`Relay::release`], [`Relay::deadline`]). No socket, no task, no await: the session
 //! task (`client::session`) does the I/O and the checkout around it, and the deterministic
 //! simulation (`sim`) drives it against a model PostgreSQL.
 //!
@@ -31,10 +31,10 @@ mod tracking;
 
 pub use cleanup::{sync_query, synced};
 pub use error::{ClientFault, RelayError, ServerFault};
-pub use pin::{Pin, PIN_CHECK_SQL};
+pub use pin::{Pin, PinChange, PIN_CHECK_SQL};
 
 pub use policy::{Policy, StateRule};
-pub use timeouts::Kind;
+pub use timeouts::{Kind, TimedOut};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,8 +85,8 @@ pub enum Subscribe {
     Unlisten(Option<String>),
 }
 
-/// What the driver does after [`Relay::on_client`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the driver does after [`Relay::on_client`]; each action carries what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// Everything that can be handled now is: write what is queued for either side.
     Done,
@@ -99,16 +99,41 @@ pub enum Next {
     FlushServer,
     /// The client sent Terminate.
     Quit,
-    /// Something rare to do with the pool first (one variant, so the usual round's code
-    /// stays as it was), then call again:
-    /// - a lone `LISTEN`/`UNLISTEN` with no server held (`track`), if
-    ///   [`Relay::take_subscribe`] hands one: do it with the pool's listening connection,
-    ///   then answer with [`Relay::subscribed`];
-    /// - otherwise the message in front is a `DROP DATABASE` (or a rename, or a copy from a
-    ///   template) of the database [`Relay::database_to_free`] names, which PostgreSQL
-    ///   refuses while other sessions are connected there: close the pool's idle servers of
-    ///   it that no client uses (the message then goes to the server).
-    Aside,
+    /// `LISTEN`s/`UNLISTEN`s (`track`) no server runs: make them, in order, with the pool's
+    /// listening connection (`in_block`: the client's transaction block is open, so each
+    /// counts when it comes; otherwise they commit together), answer with
+    /// [`Relay::subscribed`], then call again.
+    Subscribe {
+        subs: Vec<Subscribe>,
+        in_block: bool,
+    },
+    /// The message in front is a `DROP DATABASE` (or a rename, or a copy from a template) of
+    /// this database, which PostgreSQL refuses while other sessions are connected there:
+    /// close the pool's idle servers of it that no client uses, then call again (the message
+    /// then goes to the server).
+    FreeDatabase(String),
+}
+
+/// A server given up at a transaction boundary ([`Relay::release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The clock read the transaction's count used: the pool's check-in time.
+    pub at: Instant,
+    /// A listening client's texts mentioned `notify` in the transaction: it may have sent
+    /// a notification it listens for itself, which reaches it before its ReadyForQuery.
+    pub notified: bool,
+}
+
+/// What becomes of the server a session ends holding ([`Relay::finish`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Back to the pool as it is.
+    Return,
+    /// Reset with the reset query first (session mode, or a pinned client's server, whose
+    /// session state must not reach the next client).
+    Reset { pinned: bool },
+    /// Closed: not idle and in step, or a pinned client's with no reset query.
+    Close,
 }
 
 /// The client's side: its bytes both ways and where its message stream stands.
@@ -132,7 +157,7 @@ struct ClientSide {
     /// The settings it made by SQL (`pool.session_state: track`) and where they stand in
     /// the transaction in flight: from its first setting on (boxed: idle clients stay small).
     log: Option<Box<track::Log>>,
-    /// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`Next::Aside`]). (Boxed: one
+    /// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`Next::Subscribe`]). (Boxed: one
     /// pointer, so idle clients stay small.)
     subscribe: Option<Box<subscribe::Subscribes>>,
     /// It listens through the pool's listening connection (its texts are checked for a
@@ -200,7 +225,7 @@ struct Batch {
     /// A listening client's text since its server was taken mentioned `notify`.
     notified: bool,
     /// The message in front names a database that must be free of other sessions, and the
-    /// driver has been told ([`Next::Aside`]): it goes on to the server now.
+    /// driver has been told ([`Next::FreeDatabase`]): it goes on to the server now.
     freeing: bool,
 }
 
@@ -386,11 +411,6 @@ impl Relay {
         !self.batch.server_fatal
     }
 
-    /// The session ends for a reason of the pooler's: the server's close is not the FATAL's.
-    pub fn forget_server_fatal(&mut self) {
-        self.batch.server_fatal = false;
-    }
-
     /// Starts holding server `srv` taken at `now` under the `fresh` policy (`None`: the
     /// configuration is unchanged, the last one holds). A reloaded mode applies
     /// from this transaction on; tracking switches only while the client keeps no
@@ -438,18 +458,25 @@ impl Relay {
     }
 
     /// The transaction is over and `srv` owes nothing more: it may go back to the pool now.
-    pub fn release_ready(&self, srv: &ServerState) -> bool {
+    fn release_ready(&self, srv: &ServerState) -> bool {
         // `release_due` carries the transaction status, the mode and the pin, as they were
         // at the ReadyForQuery that set it.
         self.batch.release_due && srv.replies.is_empty() && self.client.cpass.is_idle()
     }
 
-    /// Gives `srv` up at a transaction boundary; returns the clock read the transaction's
-    /// count used (the pool's check-in time).
-    pub fn release(&mut self, srv: &ServerState, io: &mut impl Io) -> Instant {
-        let now = self.count_transaction(io);
+    /// Gives `srv` up if the transaction is over and `srv` owes nothing more (`None`: the
+    /// client keeps it).
+    #[inline]
+    pub fn release(&mut self, srv: &ServerState, io: &mut impl Io) -> Option<Released> {
+        if !self.release_ready(srv) {
+            return None;
+        }
+        let at = self.count_transaction(io);
         self.events.client_released_server(self.id, srv.id);
-        now
+        Some(Released {
+            at,
+            notified: std::mem::take(&mut self.batch.notified),
+        })
     }
 
     /// The held server `srv` left (its FATAL unread, or its close) while the client sat at a
@@ -471,17 +498,34 @@ impl Relay {
         }
     }
 
-    /// The session ends holding `srv` (or none): counts what is left; returns whether `srv`
-    /// may go back to its pool (idle, in step, nothing unread).
-    pub fn finish(&mut self, srv: Option<&ServerState>, io: &mut impl Io) -> bool {
+    /// The session ends holding `srv` (or none): counts what is left; returns what becomes
+    /// of `srv` (`reset`: a reset query is configured).
+    pub fn finish(
+        &mut self,
+        srv: Option<&ServerState>,
+        io: &mut impl Io,
+        reset: bool,
+    ) -> Option<Leave> {
         self.metrics.prepared.kept.sub(self.kept_counted as i64);
         self.kept_counted = 0;
         self.count_transaction(io);
-        let Some(srv) = srv else {
-            return false;
-        };
+        let srv = srv?;
         self.events.client_released_server(self.id, srv.id);
-        srv.replies.is_empty() && self.batch.status == backend::TX_IDLE && srv.rbuf.is_empty()
+        // Idle, in step, nothing unread: otherwise it cannot be used again.
+        let clean =
+            srv.replies.is_empty() && self.batch.status == backend::TX_IDLE && srv.rbuf.is_empty();
+        // A pinned client's server holds its session state (a setting, a temp table, a
+        // lock...): reset before anyone else gets it, or closed when there is no reset query.
+        let pinned = self.client.pin.reason.is_some();
+        Some(if !clean {
+            Leave::Close
+        } else if (self.policy.is_session() || pinned) && reset {
+            Leave::Reset { pinned }
+        } else if pinned {
+            Leave::Close
+        } else {
+            Leave::Return
+        })
     }
 
     /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.

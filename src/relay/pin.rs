@@ -6,7 +6,7 @@
 
 use bytes::BytesMut;
 
-use super::{error_fields, Relay, StateRule};
+use super::{error_fields, Relay, StateRule, Subscribe};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::{self, HEADER_LEN};
 use crate::protocol::frontend as f;
@@ -574,24 +574,46 @@ impl Relay {
         }
     }
 
-    /// Whether a `DISCARD ALL` of the client's succeeded since the last call.
-    pub fn take_discarded(&mut self) -> bool {
-        std::mem::take(&mut self.client.pin.discard) == 2
-    }
-
     /// Why the client keeps its server, if it does.
     pub fn pinned(&self) -> Option<Pin> {
         self.client.pin.reason
     }
 
-    /// Whether the client was pinned or unpinned since the last call (the driver's SHOW
-    /// CLIENTS and gauge follow it).
-    pub fn take_pin_change(&mut self) -> bool {
-        let pin = &mut self.client.pin;
-        let changed = pin.check & check::CHANGED != 0;
-        pin.check &= !check::CHANGED;
-        changed
+    /// What changed of the client's pin and committed subscriptions since the last call, if
+    /// anything did (the driver's SHOW CLIENTS, pinned gauge and listening connection follow
+    /// it). One flag's test when nothing did.
+    #[inline]
+    pub fn take_pin_change(&mut self) -> Option<PinChange> {
+        if self.client.pin.check & check::CHANGED == 0 {
+            return None;
+        }
+        Some(self.pin_change())
     }
+
+    #[cold]
+    fn pin_change(&mut self) -> PinChange {
+        let pin = &mut self.client.pin;
+        pin.check &= !check::CHANGED;
+        let discarded = std::mem::take(&mut pin.discard) == 2;
+        PinChange {
+            pinned: pin.reason,
+            discarded,
+            subscriptions: self.take_subscriptions(),
+        }
+    }
+}
+
+/// A change of the client's pin or subscriptions ([`Relay::take_pin_change`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PinChange {
+    /// Why the client keeps its server now, if it does.
+    pub pinned: Option<Pin>,
+    /// A `DISCARD ALL` of the client's succeeded: it includes `UNLISTEN *`.
+    pub discarded: bool,
+    /// The `LISTEN`s and `UNLISTEN`s of the client's that committed, in order (run by a
+    /// server, or answered by the pooler in a block): the driver makes them with the pool's
+    /// listening connection before the client hears of the commit.
+    pub subscriptions: Vec<Subscribe>,
 }
 
 #[cfg(test)]

@@ -312,7 +312,7 @@ pub(super) fn answer(out: &mut BytesMut, tags: &[u8]) {
     }
 }
 
-/// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`super::Next::Aside`]): one, the
+/// The `LISTEN`s/`UNLISTEN`s handed to the driver ([`super::Next::Subscribe`]): one, the
 /// statements of one Query, or those of one extended batch, in order.
 #[derive(Debug, Default)]
 pub(super) struct Subscribes {
@@ -355,7 +355,7 @@ impl Relay {
     /// `LISTEN`s/`UNLISTEN`s and nothing else, with no server held (`track`): answered as
     /// PostgreSQL answers it up to the first command's CommandComplete (the rest when the
     /// driver is done, [`Relay::subscribed`]), and handed to the driver as
-    /// [`super::Next::Aside`], as the simple Query form is. Returns whether it was.
+    /// [`super::Next::Subscribe`], as the simple Query form is. Returns whether it was.
     pub(super) fn extended_subscription(&mut self) -> bool {
         let unnamed = self.unnamed.as_deref().map(|p| &p[..]);
         let statements = &self.statements;

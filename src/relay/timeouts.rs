@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::Relay;
-use crate::protocol::backend;
+use crate::protocol::{backend, sqlstate};
 use crate::server::ServerState;
 
 /// Which timeout fired.
@@ -70,20 +70,52 @@ impl Relay {
         due
     }
 
-    /// The query timeout fired: the running request is being cancelled (its cancel is not
-    /// armed again for the same request).
-    pub fn query_timed_out(&mut self) {
-        if let Some(t) = self.marks.as_deref_mut() {
-            t.cancelled = self.clock.request_since;
-        }
-        self.count_timeout(Kind::Query);
-    }
-
-    pub fn count_timeout(&self, kind: Kind) {
+    /// Timeout `kind` fired while the client holds `srv`: counted, and what the driver does
+    /// is decided here.
+    pub fn timed_out(&mut self, kind: Kind, srv: Option<&ServerState>) -> TimedOut {
         self.metrics
             .clients
             .timeouts
             .with_label_values(&[kind.label()])
             .inc();
+        let (code, message) = match kind {
+            Kind::Query => {
+                // Its cancel is not armed again for the same request.
+                if let Some(t) = self.marks.as_deref_mut() {
+                    t.cancelled = self.clock.request_since;
+                }
+                return TimedOut::CancelQuery;
+            }
+            Kind::IdleTransaction => (
+                sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+                "terminating connection due to idle-in-transaction timeout (pool.idle_transaction_timeout)",
+            ),
+            Kind::Transaction => (
+                sqlstate::TRANSACTION_TIMEOUT,
+                "terminating connection due to transaction timeout (pool.transaction_timeout)",
+            ),
+        };
+        // The session ends for a reason of the pooler's: the server's close is not the FATAL's.
+        self.batch.server_fatal = false;
+        TimedOut::Close {
+            code,
+            message,
+            cancel_running: srv.is_some_and(|s| !s.replies.is_empty()),
+        }
     }
+}
+
+/// What a fired timeout asks of the driver ([`Relay::timed_out`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimedOut {
+    /// Cancel the running query (the session goes on).
+    CancelQuery,
+    /// End the session with this FATAL, its server closed rather than returned (closing it
+    /// is PostgreSQL's rollback); `cancel_running`: a statement still runs there, cancel it
+    /// first, or the backend would run it to its end.
+    Close {
+        code: &'static str,
+        message: &'static str,
+        cancel_running: bool,
+    },
 }

@@ -157,7 +157,7 @@ pub(super) struct Log {
     /// parsed, made a setting: a Bind of one reads the kept text's steps again.
     named: Vec<Vec<u8>>,
     /// Committed `LISTEN`s and `UNLISTEN`s, in order, not yet handed to the driver
-    /// ([`Relay::take_subscriptions`]).
+    /// ([`super::PinChange::subscriptions`]).
     subscriptions: Vec<Subscribe>,
 }
 
@@ -519,24 +519,13 @@ impl Relay {
     }
 
     /// The `LISTEN`s and `UNLISTEN`s of the client's that committed since the last call, in
-    /// order (run by a server, or answered by the pooler in a block): the driver makes them
-    /// with the pool's listening connection before the client hears of the commit.
-    pub fn take_subscriptions(&mut self) -> Vec<Subscribe> {
+    /// order ([`super::PinChange::subscriptions`]).
+    pub(super) fn take_subscriptions(&mut self) -> Vec<Subscribe> {
         self.client
             .log
             .as_deref_mut()
             .map(|l| std::mem::take(&mut l.subscriptions))
             .unwrap_or_default()
-    }
-
-    /// Whether `LISTEN`s to make again (after a committed `UNLISTEN` of the same block)
-    /// wait for the driver ([`Relay::take_subscriptions`]).
-    pub fn listens_due(&self) -> bool {
-        self.client.log.as_deref().is_some_and(|l| {
-            l.subscriptions
-                .iter()
-                .any(|s| matches!(s, Subscribe::Listen(_)))
-        })
     }
 
     /// A lone `LISTEN`/`UNLISTEN` in the client's open block, with nothing in flight on its
@@ -545,7 +534,7 @@ impl Relay {
     /// listening connection at once (so a `NOTIFY` of the same block reaches the client
     /// at its commit, as directly) and noted by [`Relay::subscribed`]; a rollback ends it. An
     /// `UNLISTEN` is answered here, as PostgreSQL answers it, and noted, to count if the
-    /// block commits. Returns whether the driver has work ([`super::Next::Aside`]).
+    /// block commits. Returns whether the driver has work ([`super::Next::Subscribe`]).
     pub(super) fn subscribe_in_block(&mut self, sub: Subscribe) -> bool {
         if let Subscribe::Listen(_) = sub {
             self.client.subscribe = Some(super::subscribe::Subscribes::of(vec![sub]));

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::params::ClientParams;
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Io, Next, Policy, Relay};
+use crate::relay::{Io, Leave, Next, Policy, Relay};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -583,16 +583,12 @@ impl<'p> Sim<'p> {
                     self.end_session(c);
                     return Ok(());
                 }
-                Next::Aside => {
-                    // The model has no listening connection: the programs send no LISTEN
-                    // (and drop no database).
-                    let cl = &mut self.clients[c];
-                    let subs = cl.relay.take_subscribes();
-                    if subs.is_empty() {
-                        continue;
-                    }
+                // The model has no listening connection: the programs send no LISTEN
+                // (and drop no database).
+                Next::FreeDatabase(_) => {}
+                Next::Subscribe { subs, .. } => {
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    cl.relay.subscribed(None, &subs, vec![Err(e)]);
+                    self.clients[c].relay.subscribed(None, &subs, vec![Err(e)]);
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {
@@ -666,7 +662,7 @@ impl<'p> Sim<'p> {
                 rng,
                 received: &mut cl.received,
             };
-            cl.relay.finish(None, &mut io);
+            cl.relay.finish(None, &mut io, true);
         }
         // The pool discards the dead server: its slot is free for a new one.
         self.close_server(s);
@@ -734,9 +730,6 @@ impl<'p> Sim<'p> {
         let Some(s) = self.clients[c].server else {
             return;
         };
-        if !self.clients[c].relay.release_ready(&self.servers[s].state) {
-            return;
-        }
         let Sim {
             clients,
             servers,
@@ -750,7 +743,9 @@ impl<'p> Sim<'p> {
             rng,
             received: &mut cl.received,
         };
-        cl.relay.release(&servers[s].state, &mut io);
+        if cl.relay.release(&servers[s].state, &mut io).is_none() {
+            return;
+        }
         cl.server = None;
         if self.servers[s].state.rbuf.is_empty() {
             self.give_back(s);
@@ -814,10 +809,11 @@ impl<'p> Sim<'p> {
         true
     }
 
-    /// The session ends (Terminate): its server goes back if it is clean, else is closed.
+    /// The session ends (Terminate): its server goes back, reset first, or is closed, as the
+    /// relay decides.
     fn end_session(&mut self, c: usize) {
         let server = self.clients[c].server.take();
-        let clean = {
+        let leave = {
             let Sim {
                 clients,
                 servers,
@@ -831,17 +827,19 @@ impl<'p> Sim<'p> {
                 rng,
                 received: &mut cl.received,
             };
-            cl.relay.finish(server.map(|s| &servers[s].state), &mut io)
+            cl.relay
+                .finish(server.map(|s| &servers[s].state), &mut io, true)
         };
         self.clients[c].phase = Phase::Done;
         if let Some(s) = server {
-            if clean && !self.servers[s].model.is_closed() {
-                if self.setup.mode == PoolMode::Session {
+            match leave {
+                _ if self.servers[s].model.is_closed() => self.close_server(s),
+                Some(Leave::Return) => self.give_back(s),
+                Some(Leave::Reset { .. }) => {
                     self.reset(s);
+                    self.give_back(s);
                 }
-                self.give_back(s);
-            } else {
-                self.close_server(s);
+                Some(Leave::Close) | None => self.close_server(s),
             }
         }
     }
@@ -858,8 +856,9 @@ impl<'p> Sim<'p> {
         srv.model.feed(&mut self.db, &q, &mut out);
         self.traffic[srv.conn].note(&pending, 0);
         self.traffic[srv.conn].note(&q, 0);
-        srv.state.statements.clear();
-        srv.state.applied = Default::default();
+        // As the pooler does after a DISCARD ALL: the server is as a new one.
+        srv.state.reset_as_new();
+        srv.state.last_client = 0;
     }
 
     /// Closes a server: its model session ends, and its slot in the pool is free again.
