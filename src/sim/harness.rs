@@ -75,6 +75,12 @@ pub struct Options {
     /// clean-up disabled, as before `relay::cleanup`): a check that the simulation finds
     /// the leak.
     pub forget_unseen: bool,
+    /// A server whose session-mode or pinned client left goes back without the reset the
+    /// machine asks for ([`Leave::Reset`]): a check that the simulation finds the leak.
+    pub skip_leave_reset: bool,
+    /// The servers answer the pooler's pin check with "nothing left" (the check's answer
+    /// ignored): a check that the simulation finds the leak.
+    pub blind_pin_check: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -149,6 +155,21 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 1,
         rules: Rules::transaction(false, 3).with_unseen().small(),
+        limits: Limits::DEFAULT,
+    },
+    // `pool.session_state: pin`: SET, LISTEN, temp tables and advisory locks keep the client
+    // on its server, the pin check lets it go once nothing is left, and the server is reset
+    // when a pinned client leaves.
+    Setup {
+        name: "transaction-pin",
+        mode: PoolMode::Transaction,
+        state: SessionState::Pin,
+        track: false,
+        pool_size: 2,
+        rules: Rules {
+            session_state: true,
+            ..Rules::transaction(false, 3).small()
+        },
         limits: Limits::DEFAULT,
     },
 ];
@@ -282,6 +303,10 @@ pub struct Sim<'p> {
     traffic: Vec<ServerLog>,
     /// [`Options::forget_unseen`].
     forget_unseen: bool,
+    /// [`Options::skip_leave_reset`].
+    skip_leave_reset: bool,
+    /// [`Options::blind_pin_check`].
+    blind_pin_check: bool,
 }
 
 /// The messages in `bytes`, one line each (tag and the start of the body), for traces.
@@ -334,6 +359,8 @@ pub fn run_with(
     };
     let mut sim = Sim::new(setup, program, expected, seed);
     sim.forget_unseen = options.forget_unseen;
+    sim.skip_leave_reset = options.skip_leave_reset;
+    sim.blind_pin_check = options.blind_pin_check;
     if options.pipelined_startup {
         sim.startup_pipelined()?;
     }
@@ -404,6 +431,8 @@ impl<'p> Sim<'p> {
             trace: std::env::var_os("DROID_SIM_TRACE").is_some(),
             traffic: Vec::new(),
             forget_unseen: false,
+            skip_leave_reset: false,
+            blind_pin_check: false,
         }
     }
 
@@ -786,7 +815,7 @@ impl<'p> Sim<'p> {
                 self.traffic.push(ServerLog::default());
                 self.servers.push(SimServer {
                     state,
-                    model: ModelServer::new(1000 + id as i32),
+                    model: ModelServer::new(1000 + id as i32).blind(self.blind_pin_check),
                     to_model: BytesMut::new(),
                     from_model: BytesMut::new(),
                     holder: None,
@@ -835,6 +864,7 @@ impl<'p> Sim<'p> {
             match leave {
                 _ if self.servers[s].model.is_closed() => self.close_server(s),
                 Some(Leave::Return) => self.give_back(s),
+                Some(Leave::Reset { .. }) if self.skip_leave_reset => self.give_back(s),
                 Some(Leave::Reset { .. }) => {
                     self.reset(s);
                     self.give_back(s);
@@ -865,7 +895,7 @@ impl<'p> Sim<'p> {
     fn close_server(&mut self, s: usize) {
         let srv = &mut self.servers[s];
         srv.model.disconnect(&mut self.db);
-        srv.model = ModelServer::new(2000 + s as i32);
+        srv.model = ModelServer::new(2000 + s as i32).blind(self.blind_pin_check);
         self.traffic.push(ServerLog::default());
         srv.conn = self.traffic.len() - 1;
         srv.state = ServerState::new();

@@ -166,6 +166,11 @@ impl ModelDb {
         self.locks.get(&key).is_some_and(|h| h.pid == pid)
     }
 
+    /// Whether `pid` holds any advisory lock.
+    pub fn holds_any_lock(&self, pid: i32) -> bool {
+        self.locks.values().any(|h| h.pid == pid)
+    }
+
     pub(crate) fn listen(&mut self, pid: i32, channel: &str) {
         self.listeners
             .entry(channel.to_owned())

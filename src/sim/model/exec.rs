@@ -254,6 +254,11 @@ impl ModelServer {
                 None => Value::Null,
             },
             Expr::SetSeed => Value::Void,
+            Expr::PinCheck if self.blind => Value::Int4(0),
+            // The model has no holdable cursors.
+            Expr::PinCheck => Value::Int4(
+                i32::from(!self.temps.is_empty()) + 4 * i32::from(io.db.holds_any_lock(pid)),
+            ),
         }))
     }
 

@@ -91,6 +91,8 @@ pub struct ModelServer {
     temps: BTreeMap<String, Table>,
     /// `pg_terminate_backend(pg_backend_pid())` ran: FATAL after the current row.
     dying: bool,
+    /// The pooler's pin check is told nothing is left, whatever is ([`ModelServer::blind`]).
+    blind: bool,
 }
 
 impl ModelServer {
@@ -124,7 +126,15 @@ impl ModelServer {
             portals: BTreeMap::new(),
             temps: BTreeMap::new(),
             dying: false,
+            blind: false,
         }
+    }
+
+    /// Answers the pooler's pin check ([`crate::relay::PIN_CHECK_SQL`]) with "nothing
+    /// left", as if the check were not made: a check that the simulation finds the leak.
+    pub fn blind(mut self, on: bool) -> ModelServer {
+        self.blind = on;
+        self
     }
 
     pub fn pid(&self) -> i32 {

@@ -211,6 +211,8 @@ pub fn options(s: &Scenario, program: &Program) -> Options {
         expected: Some(expected(s, program)),
         pipelined_startup: s.pipelined_startup,
         forget_unseen: false,
+        skip_leave_reset: false,
+        blind_pin_check: false,
     }
 }
 

@@ -43,6 +43,9 @@ pub enum Expr {
     ResetVal(String),
     /// `setseed(<fraction>)`, as a pooler's clean-up sends it: the model has no random().
     SetSeed,
+    /// The pooler's question of what session state is left ([`crate::relay::PIN_CHECK_SQL`],
+    /// recognised whole): temp tables 1, holdable cursors 2, advisory locks 4.
+    PinCheck,
 }
 
 impl Expr {
@@ -66,6 +69,7 @@ impl Expr {
             Expr::InRecovery => ("pg_is_in_recovery", Ty::Bool),
             Expr::ResetVal(_) => ("reset_val", Ty::Text),
             Expr::SetSeed => ("setseed", Ty::Void),
+            Expr::PinCheck => ("?column?", Ty::Int4),
         };
         Column::computed(name, ty)
     }
@@ -209,6 +213,9 @@ impl Stmt {
 /// Recognises every statement of a query string. An empty string (or only `;`) is no
 /// statement at all (EmptyQueryResponse).
 pub fn parse(sql: &str) -> Result<Vec<Stmt>, PgError> {
+    if sql == crate::relay::PIN_CHECK_SQL {
+        return Ok(vec![Stmt::Select(Select::Exprs(vec![Expr::PinCheck]))]);
+    }
     let toks = lex::lex(sql)?;
     lex::split(toks)
         .iter()
