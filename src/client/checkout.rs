@@ -27,12 +27,11 @@ pub(super) struct Taken {
 impl Session<'_> {
     /// The common case without a future: an idle server, taken at once. Otherwise hands
     /// [`Session::acquire`] what it needs: the clock read, and the server taken if it is due
-    /// for its idle check. A message that signals a backend by pid
-    /// ([`crate::relay::Relay::spare`]) takes the waiting path, which spares that backend's
-    /// server.
-    pub(super) fn acquire_now(&mut self) -> Result<(), Taken> {
+    /// for its idle check. A message that signals a backend by pid (`spare`, from
+    /// [`crate::relay::Next::NeedServer`]) takes the waiting path, which spares that
+    /// backend's server.
+    pub(super) fn acquire_now(&mut self, spare: Option<NonZeroI32>) -> Result<(), Taken> {
         let started = Instant::now();
-        let spare = self.relay.spare();
         if spare.is_some() || self.shared.lifecycle.is_paused_for(self.pool.database()) {
             return Err(Taken {
                 started,

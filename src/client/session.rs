@@ -487,14 +487,14 @@ impl<'a> Session<'a> {
                     self.flush_client().await?;
                     return Ok(Flow::Quit);
                 }
-                Next::NeedServer { tag } => Some(tag),
+                Next::NeedServer { tag, spare } => Some((tag, spare)),
             };
             match next {
                 None => self.flush_server().await?,
-                Some(tag) => {
+                Some((tag, spare)) => {
                     // Awaited here, not through a future of its own: most transactions wait
                     // when clients outnumber servers, and each level is polled on each wake.
-                    if let Err(taken) = self.acquire_now() {
+                    if let Err(taken) = self.acquire_now(spare) {
                         match self.acquire(taken).await {
                             Ok(()) => {}
                             Err(ClientError::Pool(pe)) => self.answer_pool_error(tag, pe)?,

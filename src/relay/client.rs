@@ -184,7 +184,10 @@ impl Relay {
                     if tag == f::QUERY_TAG && whole {
                         self.note_plain_front(seen);
                     }
-                    return Ok(Next::NeedServer { tag });
+                    return Ok(Next::NeedServer {
+                        tag,
+                        spare: self.spare(),
+                    });
                 }
                 self.on_unheld(tag, seen, total, io)?;
                 continue;

@@ -92,8 +92,12 @@ pub enum Next {
     Done,
     /// The message in front (of type `tag`) needs a server: take one, [`Relay::hold`] it and
     /// call again, or answer the pool's refusal with [`Relay::refuse`]. The server to take
-    /// is not the one [`Relay::spare`] names.
-    NeedServer { tag: u8 },
+    /// is not the backend `spare` names (the message signals it: `pg_terminate_backend`
+    /// and the like).
+    NeedServer {
+        tag: u8,
+        spare: Option<std::num::NonZeroI32>,
+    },
     /// Enough is queued for the server: write it (reading the server meanwhile) and call
     /// again.
     FlushServer,

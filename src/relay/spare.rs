@@ -32,13 +32,13 @@ impl Relay {
         }
     }
 
-    /// After [`super::Next::NeedServer`]: the pid of the backend the message in front
+    /// For [`super::Next::NeedServer`]: the pid of the backend the message in front
     /// signals, which the server taken for it must not be. Read where the pooler reads
     /// statements anyway (`pin`, `track`): a Query not noted as plain
     /// ([`Relay::note_plain_front`]), a Parse with the Bind after it, or a Bind of a kept
     /// statement found to signal.
     #[inline(always)]
-    pub fn spare(&self) -> Option<NonZeroI32> {
+    pub(super) fn spare(&self) -> Option<NonZeroI32> {
         if self.policy.session_state == StateRule::Forward || self.client.plain_front != 0 {
             return None;
         }

@@ -68,7 +68,8 @@ fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
     assert_eq!(
         r.on_client(None, &mut wire).unwrap(),
         Next::NeedServer {
-            tag: frontend::QUERY_TAG
+            tag: frontend::QUERY_TAG,
+            spare: None,
         }
     );
     r.hold(srv, None, Instant::now());
