@@ -26,7 +26,7 @@ use super::program::{ClientProgram, End, Program, Rules};
 use crate::config::{Config, PoolMode, SessionState};
 use crate::events::{EventLevel, Events};
 use crate::metrics::Metrics;
-use crate::params::ClientParams;
+use crate::params::{ClientParams, Params};
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
 use crate::relay::{Io, Leave, Next, Policy, Relay};
@@ -81,6 +81,9 @@ pub struct Options {
     /// The servers answer the pooler's pin check with "nothing left" (the check's answer
     /// ignored): a check that the simulation finds the leak.
     pub blind_pin_check: bool,
+    /// The pool forgets the settings a server holds before handing it on (the settings sync
+    /// skipped): a check that the simulation finds the leak.
+    pub forget_settings: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -155,6 +158,20 @@ pub const SETUPS: &[Setup] = &[
         track: false,
         pool_size: 1,
         rules: Rules::transaction(false, 3).with_unseen().small(),
+        limits: Limits::DEFAULT,
+    },
+    // `pool.session_state: track`: a client's SET of a reported setting follows it to each
+    // server it takes (the settings sync), and none reaches another client.
+    Setup {
+        name: "transaction-track-reported",
+        mode: PoolMode::Transaction,
+        state: SessionState::Track,
+        track: true,
+        pool_size: 2,
+        rules: Rules {
+            reported_settings: true,
+            ..Rules::transaction(true, 3).small()
+        },
         limits: Limits::DEFAULT,
     },
     // `pool.session_state: pin`: SET, LISTEN, temp tables and advisory locks keep the client
@@ -307,6 +324,20 @@ pub struct Sim<'p> {
     skip_leave_reset: bool,
     /// [`Options::blind_pin_check`].
     blind_pin_check: bool,
+    /// [`Options::forget_settings`].
+    forget_settings: bool,
+}
+
+/// Server `id`'s protocol state as after its login: what the model reports at startup, as
+/// the pooler's server login reads it from ParameterStatus.
+fn logged_in(id: usize, model: &ModelServer) -> ServerState {
+    let mut state = ServerState::new();
+    state.id = id as u64 + 1;
+    for (k, v) in model.reported_params() {
+        state.set_param(k, v);
+    }
+    state.note_login();
+    state
 }
 
 /// The messages in `bytes`, one line each (tag and the start of the body), for traces.
@@ -361,6 +392,7 @@ pub fn run_with(
     sim.forget_unseen = options.forget_unseen;
     sim.skip_leave_reset = options.skip_leave_reset;
     sim.blind_pin_check = options.blind_pin_check;
+    sim.forget_settings = options.forget_settings;
     if options.pipelined_startup {
         sim.startup_pipelined()?;
     }
@@ -388,6 +420,13 @@ impl<'p> Sim<'p> {
         cfg.pool.session_state = setup.state;
         let policy = Policy::new(&cfg, setup.mode, setup.state);
         let events = Events::new(EventLevel::Off);
+        // What every client is told at login: the servers' startup settings (the pool's
+        // ParameterStatus values), which a settings sync brings back on a server.
+        let mut login = Params::default();
+        for (k, v) in ModelServer::new(0).reported_params() {
+            login.set(k, v);
+        }
+        let login = std::sync::Arc::new(login);
         let clients = program
             .clients
             .iter()
@@ -396,7 +435,7 @@ impl<'p> Sim<'p> {
             .map(|(i, (p, expected))| SimClient {
                 relay: Relay::new(
                     i as u64 + 1,
-                    ClientParams::default(),
+                    ClientParams::new(login.clone()),
                     policy,
                     BytesMut::new(),
                     metrics(),
@@ -433,6 +472,7 @@ impl<'p> Sim<'p> {
             forget_unseen: false,
             skip_leave_reset: false,
             blind_pin_check: false,
+            forget_settings: false,
         }
     }
 
@@ -810,12 +850,11 @@ impl<'p> Sim<'p> {
             Some(s) => s,
             None if self.servers.len() < self.setup.pool_size => {
                 let id = self.servers.len();
-                let mut state = ServerState::new();
-                state.id = id as u64 + 1;
+                let model = ModelServer::new(1000 + id as i32).blind(self.blind_pin_check);
                 self.traffic.push(ServerLog::default());
                 self.servers.push(SimServer {
-                    state,
-                    model: ModelServer::new(1000 + id as i32).blind(self.blind_pin_check),
+                    state: logged_in(id, &model),
+                    model,
                     to_model: BytesMut::new(),
                     from_model: BytesMut::new(),
                     holder: None,
@@ -828,6 +867,15 @@ impl<'p> Sim<'p> {
         self.servers[s].holder = Some(c);
         if self.forget_unseen {
             self.servers[s].state.unseen = None;
+        }
+        if self.forget_settings {
+            // What the server reports and holds taken for what it logged in with: no sync.
+            let state = &mut self.servers[s].state;
+            let statements = std::mem::take(&mut state.statements);
+            let unseen = state.unseen;
+            state.reset_as_new();
+            state.statements = statements;
+            state.unseen = unseen;
         }
         let now = self.clock.base + self.clock.offset;
         let policy = *self.clients[c].relay.policy();
@@ -898,8 +946,7 @@ impl<'p> Sim<'p> {
         srv.model = ModelServer::new(2000 + s as i32).blind(self.blind_pin_check);
         self.traffic.push(ServerLog::default());
         srv.conn = self.traffic.len() - 1;
-        srv.state = ServerState::new();
-        srv.state.id = s as u64 + 1;
+        srv.state = logged_in(s, &srv.model);
         srv.to_model.clear();
         srv.from_model.clear();
         srv.holder = None;

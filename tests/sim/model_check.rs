@@ -290,7 +290,7 @@ fn model_matches_postgresql() {
 }
 
 /// What a pooler sends a server of its own accord: the settings sync, the role question, the
-/// reset and check queries. The model answers them as PostgreSQL does.
+/// reset, the pin check and check queries. The model answers them as PostgreSQL does.
 #[test]
 fn model_matches_postgresql_on_pooler_statements() {
     const DB: &str = "model_check_pooler";
@@ -309,6 +309,14 @@ fn model_matches_postgresql_on_pooler_statements() {
         "ROLLBACK",
         "DISCARD ALL",
         "select 1",
+        // The pin check: a temp table 1, a held advisory lock 4, nothing after DISCARD ALL.
+        droid_pool::relay::PIN_CHECK_SQL,
+        "create temp table tt (n int)",
+        droid_pool::relay::PIN_CHECK_SQL,
+        "select pg_advisory_lock(5)",
+        droid_pool::relay::PIN_CHECK_SQL,
+        "DISCARD ALL",
+        droid_pool::relay::PIN_CHECK_SQL,
     ];
     let write = |sql: &str| program::Write {
         msgs: vec![program::Msg::Query(sql.into())],

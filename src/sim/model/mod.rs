@@ -137,6 +137,12 @@ impl ModelServer {
         self
     }
 
+    /// The settings it reports at login (ParameterStatus), as the pooler's server login
+    /// reads them.
+    pub fn reported_params(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.reported.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
     pub fn pid(&self) -> i32 {
         self.pid
     }

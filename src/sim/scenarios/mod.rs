@@ -213,6 +213,7 @@ pub fn options(s: &Scenario, program: &Program) -> Options {
         forget_unseen: false,
         skip_leave_reset: false,
         blind_pin_check: false,
+        forget_settings: false,
     }
 }
 
