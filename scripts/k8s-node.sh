@@ -266,6 +266,8 @@ runtime() {
   done
   ctr -a "$D/containerd/containerd.sock" version >/dev/null 2>&1 || die "containerd did not start: $(tail -5 "$L/containerd.log")"
   load_images
+  # --sync-frequency: a ConfigMap change reaches its pods' volumes within about 15 s (the
+  # default minute, plus jitter, is longer than a stage test should wait on it).
   bg kubelet nsenter -t "$ns" -m -- "$BIN/kubelet" --kubeconfig="$R/node.kubeconfig" \
     --hostname-override="$NODE" --node-ip="$IP" --address="$IP" \
     --root-dir="$D/kubelet" --cert-dir="$D/kubelet/pki" --volume-plugin-dir="$D/kubelet/volume-plugins" \
@@ -276,7 +278,7 @@ runtime() {
     --eviction-hard='memory.available<50Mi,nodefs.available<1%,imagefs.available<1%' \
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 \
     --cluster-domain=cluster.local --cluster-dns="$IP" --resolv-conf="$D/resolv.conf" \
-    --serialize-image-pulls=false
+    --serialize-image-pulls=false --sync-frequency=15s
   bg proxy "$BIN/kube-proxy" --kubeconfig="$R/proxy.kubeconfig" --hostname-override="$NODE" \
     --proxy-mode=iptables --cluster-cidr=10.244.0.0/16 --bind-address="$IP" \
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \

@@ -148,11 +148,12 @@ print(values[0] if values else "")
 PY
 }
 
-# Waits until metric NAME on ADMIN_PORT equals WANT (at most 60 s, the ConfigMap volume update
-# delay of the kubelet included).
+# Waits until metric NAME on ADMIN_PORT equals WANT. A ConfigMap change reaches a mounted
+# volume at the kubelet's next sync of the pod (its sync period, 1 min by default, plus jitter
+# and the ConfigMap cache's delay): at most 150 s.
 wait_metric() {
   local admin_port=$1 name=$2 want=$3 got=""
-  for _ in $(seq 60); do
+  for _ in $(seq 150); do
     got=$(metric "$admin_port" "$name" || true)
     [[ $got == "$want" ]] && return 0
     sleep 1
