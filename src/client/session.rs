@@ -22,7 +22,9 @@ use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
-use crate::relay::{subscribe, Io, Kind, Next, PinChange, Policy, Relay, Subscribe, TimedOut};
+use crate::relay::{
+    subscribe, Io, Kind, Next, PinChange, Policy, Relay, Subscribe, Subscriptions, TimedOut,
+};
 use crate::server::Server;
 use crate::shared::Shared;
 
@@ -82,6 +84,16 @@ pub(super) struct Warm {
     pub slot: Option<WarmSlot>,
     /// `client.warm_sessions` when this client logged in.
     pub limit: usize,
+}
+
+/// What a round's end must still do, rarely ([`Session::maybe_release`]): boxed, so the usual
+/// round passes one word that is null.
+pub(super) struct RareEnd {
+    /// A listening client's transaction mentioned `notify`: its own notification may come
+    /// before its ReadyForQuery.
+    notified: bool,
+    /// Committed subscriptions that include a `LISTEN` ([`Session::follow_pin`]).
+    due: Option<Vec<Subscribe>>,
 }
 
 pub struct Session<'a> {
@@ -468,30 +480,15 @@ impl<'a> Session<'a> {
                     cancels: &self.shared.cancels,
                 },
             )?;
-            // The actions that carry data are taken apart first: nothing of `next` lives
-            // across the usual round's awaits (this future stays the size it was).
-            let next = match next {
-                // Boxed: rare.
-                Next::Subscribe { subs, in_block } => {
-                    Box::pin(self.subscribe(subs, in_block)).await;
-                    continue;
-                }
-                Next::FreeDatabase(db) => {
-                    self.free_database(&db);
-                    continue;
-                }
+            match next {
                 Next::Done => break,
-                Next::FlushServer => None,
+                Next::FlushServer => self.flush_server().await?,
                 Next::Quit => {
                     self.flush_server().await?;
                     self.flush_client().await?;
                     return Ok(Flow::Quit);
                 }
-                Next::NeedServer { tag, spare } => Some((tag, spare)),
-            };
-            match next {
-                None => self.flush_server().await?,
-                Some((tag, spare)) => {
+                Next::NeedServer { tag, spare } => {
                     // Awaited here, not through a future of its own: most transactions wait
                     // when clients outnumber servers, and each level is polled on each wake.
                     if let Err(taken) = self.acquire_now(spare) {
@@ -502,6 +499,9 @@ impl<'a> Session<'a> {
                         }
                     }
                 }
+                // Boxed: rare, and this future stays the size it was.
+                Next::Subscribe(batch) => Box::pin(self.subscribe(*batch)).await,
+                Next::FreeDatabase(db) => self.free_database(&db),
             }
         }
         self.finish_round().await?;
@@ -542,14 +542,11 @@ impl<'a> Session<'a> {
         } else {
             self.relay.server_sent();
         }
-        let (notified, due) = self.maybe_release();
         // The rare ends of a round share one await point (the usual round's future stays as
         // it was): committed subscriptions made, a listening client's own notification waited
-        // for. (`due` is moved in either arm: nothing of it lives across the round's awaits.)
-        let notified = notified && self.inbox.is_some();
-        match (notified, due) {
-            (false, None) => {}
-            (notified, due) => Box::pin(self.rare_round_end(notified, due)).await?,
+        // for.
+        if let Some(rare) = self.maybe_release() {
+            Box::pin(self.rare_round_end(*rare)).await?;
         }
         if self.server.is_none() && self.inbox.is_some() {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
@@ -564,17 +561,20 @@ impl<'a> Session<'a> {
     }
 
     /// Follows a change of the client's pin, then gives the server back if the transaction is
-    /// over. Returns whether it did and a listening client's transaction mentioned `notify`,
-    /// and the committed subscriptions to make before the round ends
-    /// ([`Session::follow_pin`]). Inlined: the round's end is the hot path, and the pin
-    /// change's call is cold.
+    /// over. Returns what the round's end must still do, in the rare case it must do anything
+    /// ([`RareEnd`]). Inlined: the round's end is the hot path, and the pin change's call is
+    /// cold.
     #[inline(always)]
-    fn maybe_release(&mut self) -> (bool, Option<Vec<Subscribe>>) {
+    fn maybe_release(&mut self) -> Option<Box<RareEnd>> {
         let due = match self.relay.take_pin_change() {
             Some(change) => self.follow_pin(change),
             None => None,
         };
-        (self.release_if_over(), due)
+        let notified = self.release_if_over() && self.inbox.is_some();
+        if !notified && due.is_none() {
+            return None;
+        }
+        Some(Box::new(RareEnd { notified, due }))
     }
 
     /// Gives the server back if the relay says the transaction is over; returns whether it
@@ -607,11 +607,8 @@ impl<'a> Session<'a> {
     /// (`notified`): its notification, and any committed before it, goes out before its
     /// ReadyForQuery, as directly.
     #[cold]
-    async fn rare_round_end(
-        &mut self,
-        notified: bool,
-        due: Option<Vec<Subscribe>>,
-    ) -> Result<(), ClientError> {
+    async fn rare_round_end(&mut self, rare: RareEnd) -> Result<(), ClientError> {
+        let RareEnd { notified, due } = rare;
         if let Some(due) = due {
             // Boxed: this future's drop stays small enough to inline in the usual round.
             Box::pin(self.follow_subscriptions(due)).await;
@@ -641,7 +638,8 @@ impl<'a> Session<'a> {
     /// the pool's listening connection, so the client holds no server for it, and answered
     /// as PostgreSQL answers it.
     #[cold]
-    async fn subscribe(&mut self, subs: Vec<Subscribe>, in_block: bool) {
+    async fn subscribe(&mut self, batch: Subscriptions) {
+        let Subscriptions { subs, in_block } = batch;
         let results = if in_block {
             self.subscribe_in_block(&subs).await
         } else {

@@ -220,7 +220,7 @@ impl Relay {
             }
             if whole {
                 if let Some(db) = self.names_database(tag) {
-                    return Ok(Next::FreeDatabase(db));
+                    return Ok(Next::FreeDatabase(Box::new(db)));
                 }
             }
             // Handled in place (no split of the buffer per message): the buffer is lent out
@@ -385,10 +385,10 @@ impl Relay {
     /// The driver's [`Next::Subscribe`] for the subscriptions just noted.
     #[cold]
     fn subscribe_next(&mut self) -> Next {
-        Next::Subscribe {
+        Next::Subscribe(Box::new(super::Subscriptions {
             subs: self.take_subscribes(),
             in_block: self.in_block(),
-        }
+        }))
     }
 
     /// The `LISTEN`s/`UNLISTEN`s noted for the driver, in order.

@@ -103,19 +103,24 @@ pub enum Next {
     FlushServer,
     /// The client sent Terminate.
     Quit,
-    /// `LISTEN`s/`UNLISTEN`s (`track`) no server runs: make them, in order, with the pool's
-    /// listening connection (`in_block`: the client's transaction block is open, so each
-    /// counts when it comes; otherwise they commit together), answer with
-    /// [`Relay::subscribed`], then call again.
-    Subscribe {
-        subs: Vec<Subscribe>,
-        in_block: bool,
-    },
+    /// `LISTEN`s/`UNLISTEN`s (`track`) no server runs: make them with the pool's listening
+    /// connection, answer with [`Relay::subscribed`], then call again.
+    Subscribe(Box<Subscriptions>),
     /// The message in front is a `DROP DATABASE` (or a rename, or a copy from a template) of
     /// this database, which PostgreSQL refuses while other sessions are connected there:
     /// close the pool's idle servers of it that no client uses, then call again (the message
     /// then goes to the server).
-    FreeDatabase(String),
+    FreeDatabase(Box<String>),
+}
+
+/// What [`Next::Subscribe`] hands the driver (boxed: the usual [`Next`] stays two words).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscriptions {
+    /// The statements, in order.
+    pub subs: Vec<Subscribe>,
+    /// The client's transaction block is open, so each counts when it comes; otherwise they
+    /// commit together.
+    pub in_block: bool,
 }
 
 /// A server given up at a transaction boundary ([`Relay::release`]).

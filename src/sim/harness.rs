@@ -655,9 +655,11 @@ impl<'p> Sim<'p> {
                 // The model has no listening connection: the programs send no LISTEN
                 // (and drop no database).
                 Next::FreeDatabase(_) => {}
-                Next::Subscribe { subs, .. } => {
+                Next::Subscribe(batch) => {
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    self.clients[c].relay.subscribed(None, &subs, vec![Err(e)]);
+                    self.clients[c]
+                        .relay
+                        .subscribed(None, &batch.subs, vec![Err(e)]);
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {
