@@ -348,11 +348,21 @@ class Bench:
         for system in (DROID, DROID_TP, PGB):
             port, pid = self.systems[system]
             print(f"idle clients: {n} to {system}", flush=True)
-            results[system] = asyncio.run(idle_test(port, pid, n))
-            r = results[system]
-            print(f"  accepted {r['accepted']}/{n}, RSS {r['rss_before_kib']} -> {r['rss_after_kib']} KiB, "
-                  f"{fmt(r['kib_per_client'], '.2f')} KiB/client, errors {r['errors'][:3]}", flush=True)
-            time.sleep(1)
+            # The load before may leave memory freed but not yet returned, which the allocator
+            # gives back while the clients open (RSS falls): that figure measured nothing. The
+            # measurement is then made again, once, on the settled process; both are reported.
+            for attempt in (1, 2):
+                r = asyncio.run(idle_test(port, pid, n))
+                r["attempt"] = attempt
+                print(f"  accepted {r['accepted']}/{n}, RSS {r['rss_before_kib']} -> {r['rss_after_kib']} KiB, "
+                      f"{fmt(r['kib_per_client'], '.2f')} KiB/client, valid {r['valid']}, "
+                      f"errors {r['errors'][:3]}", flush=True)
+                if attempt == 2:
+                    r["first_attempt"] = results[system]
+                results[system] = r
+                time.sleep(1)
+                if r["valid"]:
+                    break
         return results
 
     # --- results --------------------------------------------------------------------
@@ -628,7 +638,9 @@ def targets(R, idle_n):
     v = i["kib_per_client"]
     # An invalid figure (at or below zero, within the noise) is neither a pass nor a fail.
     add("idle clients: ≤ 2 KiB RSS each", f"{fmt(v, '.2f')} KiB (PgBouncer {fmt(R['idle'][PGB]['kib_per_client'], '.2f')})"
-        + ("" if i.get("valid") else f"; INVALID: growth {fmt(v, '.2f')} KiB per client, noise {fmt(i.get('noise_kib'), '.0f')} KiB"),
+        + ("" if i.get("valid") else f"; INVALID: growth {fmt(v, '.2f')} KiB per client, noise {fmt(i.get('noise_kib'), '.0f')} KiB")
+        + (f"; second measurement (the first: {fmt(i['first_attempt']['kib_per_client'], '.2f')} KiB, invalid)"
+           if i.get("attempt") == 2 else ""),
         le(v, 2.0) if i.get("valid") else None)
     c = R["c500"][DROID]
     add("500 clients: throughput ≥ 0.9× 50-client -S", f"{fmt(c['vs50'], '.3f')}× ({fmt(c['tps'])} tps)", ge(c["vs50"], 0.9))
