@@ -3,9 +3,11 @@
 //! the sync nor tracked statements see it). A server that died quietly (a frozen backend, a
 //! dropped NAT entry) then costs the client another server, not an error.
 
+use std::pin::pin;
+
 use super::error::ClientError;
 use super::session::Session;
-use crate::net::read::read_some;
+use super::wait::reading_client;
 use crate::pool::CloseReason;
 use crate::server::{self, Server};
 
@@ -26,23 +28,11 @@ impl Session<'_> {
             return Ok(Some(conn));
         }
         let outcome = {
-            let check = tokio::time::timeout(
+            let check = pin!(tokio::time::timeout(
                 cfg.server.connect_timeout,
                 server::run_simple(&mut conn, &cfg.server.check_query),
-            );
-            tokio::pin!(check);
-            loop {
-                tokio::select! {
-                    r = &mut check => break Ok(r),
-                    r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
-                        match r {
-                            Ok(0) => break Err(ClientError::Gone),
-                            Ok(_) => {}
-                            Err(e) => break Err(ClientError::Io(e)),
-                        }
-                    }
-                }
-            }
+            ));
+            reading_client(self.client, &mut self.relay, check).await
         };
         let failure = match outcome {
             Ok(Ok(Ok(()))) => return Ok(Some(conn)),

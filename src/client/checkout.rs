@@ -4,13 +4,16 @@
 //! server's session in line with the client's before the client's first message runs there
 //! (`relay::cleanup`).
 
+use std::future::Future;
 use std::num::NonZeroI32;
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Instant;
 
 use super::error::ClientError;
 use super::session::Session;
 use super::timer::Timer;
-use crate::net::read::read_some;
+use super::wait::reading_client;
 use crate::pool::CloseReason;
 use crate::relay::Policy;
 use crate::server::Server;
@@ -78,26 +81,15 @@ impl Session<'_> {
                     // A KILL stops this wait through the ticket (the pool drops the waiter, or
                     // refuses to queue it once killed): no registration of its own per wait.
                     let pool = self.pool.clone();
-                    let checkout = pool.checkout_as(since, Some(self.cancel.ticket()), spare);
-                    tokio::pin!(checkout);
-                    loop {
-                        tokio::select! {
-                            r = &mut checkout => {
-                                if self.cancel.is_killed() {
-                                    if let Ok(conn) = r {
-                                        self.pool.discard(conn, CloseReason::Killed);
-                                    }
-                                    return Err(ClientError::Killed);
-                                }
-                                break r?;
-                            }
-                            r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
-                                if r? == 0 {
-                                    return Err(ClientError::Gone);
-                                }
-                            }
+                    let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
+                    let r = reading_client(self.client, &mut self.relay, checkout).await?;
+                    if self.cancel.is_killed() {
+                        if let Ok(conn) = r {
+                            self.pool.discard(conn, CloseReason::Killed);
                         }
+                        return Err(ClientError::Killed);
                     }
+                    r?
                 }
             };
             // The common case after a wait, without entering the check's future.
@@ -124,15 +116,15 @@ impl Session<'_> {
             // Notified hears notify_waiters from its creation on).
             let kicked = l.client_shutdown().kicked();
             self.check_killed()?;
-            tokio::select! {
-                _ = l.wait_unpaused_for(pool.database()) => {}
-                _ = kicked => {}
-                r = read_some(self.client, self.relay.client_in()), if self.relay.client_has_room() => {
-                    if r? == 0 {
-                        return Err(ClientError::Gone);
-                    }
+            let mut unpaused = pin!(l.wait_unpaused_for(pool.database()));
+            let mut kicked = pin!(kicked);
+            let either = std::future::poll_fn(|cx| {
+                if unpaused.as_mut().poll(cx).is_ready() || kicked.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
                 }
-            }
+                Poll::Pending
+            });
+            reading_client(self.client, &mut self.relay, pin!(either)).await?;
         }
         Ok(tokio::time::Instant::now())
     }
@@ -159,10 +151,8 @@ impl Session<'_> {
             self.policy_generation = generation;
             Policy::of(&self.shared.config.load(), rule)
         });
-        self.relay.hold(&mut conn.state, fresh, now);
-        if self.relay.policy().tracking {
-            self.close_orphans(&mut conn);
-        }
+        self.relay
+            .hold(&mut conn.state, fresh, now, self.pool.orphans());
         Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());
         self.cancel.set(
             conn.addr,
@@ -172,17 +162,5 @@ impl Session<'_> {
             now,
         );
         self.server = Some(conn);
-    }
-
-    /// Closes the server's copies of statements whose clients have left since it last
-    /// looked (`pool::orphans`).
-    fn close_orphans(&mut self, conn: &mut Server) {
-        let orphans = self.pool.orphans();
-        if conn.state.statements.is_empty() {
-            conn.state.orphans_seen = orphans.mark();
-        } else if let Some((gone, mark)) = orphans.since(conn.state.orphans_seen) {
-            self.relay.close_orphans(&mut conn.state, &gone);
-            conn.state.orphans_seen = mark;
-        }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::error::ClientError;
 use super::session::Session;
 use crate::pool::{CloseReason, Pool};
-use crate::relay::Leave;
+use crate::relay::{Ending, Leave};
 use crate::server::{self, Server};
 
 impl Session<'_> {
@@ -34,18 +34,19 @@ impl Session<'_> {
     }
 
     /// Returns the held server if it is idle and in step; otherwise closes it (`close`: it
-    /// must be closed, and why). A session-mode server is reset first.
-    pub(super) fn finish(&mut self, close: Option<CloseReason>) {
+    /// must be closed, and why). A session-mode server is reset first. Returns how the
+    /// machine saw the end.
+    pub(super) fn finish(&mut self, close: Option<CloseReason>) -> Ending {
         let srv = self.server.as_ref().map(|s| &s.state);
         let mut wire = Session::wire(self.client, &self.shared.cancels);
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
-        let leave = self.relay.finish(srv, &mut wire, !reset.is_empty());
+        let ending = self.relay.finish(srv, &mut wire, !reset.is_empty());
         let Some(conn) = self.server.take() else {
-            return;
+            return ending;
         };
         self.cancel.clear();
-        match (close, leave) {
+        match (close, ending.leave) {
             (Some(why), _) => self.pool.discard(conn, why),
             (None, Some(Leave::Reset { pinned })) => {
                 if pinned {
@@ -57,6 +58,7 @@ impl Session<'_> {
             (None, Some(Leave::Return)) => self.pool.checkin(conn),
             (None, Some(Leave::Close) | None) => self.pool.discard(conn, CloseReason::ClientEnded),
         }
+        ending
     }
 }
 

@@ -8,6 +8,7 @@ use tokio_util::io::poll_read_buf;
 
 use super::error::{ClientError, Loss};
 use super::session::Session;
+use crate::relay::Peer;
 
 enum Progress {
     Wrote(std::io::Result<usize>),
@@ -24,7 +25,7 @@ impl Session<'_> {
         let mut written = 0;
         // A plain socket keeps nothing back; TLS may hold the last record until flushed.
         let mut unflushed = self.server.as_ref().is_some_and(|s| s.stream.is_tls());
-        while written < self.relay.server_out().len() || unflushed {
+        while written < self.relay.transmit(Peer::Server).len() || unflushed {
             let Some(srv) = self.server.as_mut() else {
                 break;
             };
@@ -32,7 +33,7 @@ impl Session<'_> {
                 srv.state.rbuf.reserve(16 * 1024);
             }
             let (stream, rbuf) = (&mut srv.stream, &mut srv.state.rbuf);
-            let pending = &self.relay.server_out()[written..];
+            let pending = &self.relay.transmit(Peer::Server)[written..];
             // Write (or flush) first, else read: one stream polled both ways, no split needed.
             let progress = std::future::poll_fn(|cx| {
                 let mut s = Pin::new(&mut *stream);
@@ -60,13 +61,13 @@ impl Session<'_> {
                 }
             }
         }
-        self.relay.server_sent();
+        self.relay.transmitted(Peer::Server);
         Ok(())
     }
 
     /// Writes what the relay queued for the client.
     pub(super) async fn flush_client(&mut self) -> Result<(), ClientError> {
-        let out = self.relay.client_out();
+        let out = self.relay.transmit(Peer::Client);
         if out.is_empty() {
             return Ok(());
         }
@@ -75,7 +76,7 @@ impl Session<'_> {
         if n < out.len() {
             self.client.send(&out[n..]).await?;
         }
-        self.relay.client_sent();
+        self.relay.transmitted(Peer::Client);
         Ok(())
     }
 }

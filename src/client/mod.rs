@@ -10,6 +10,7 @@ mod flush;
 mod idle_loss;
 mod session;
 mod timer;
+mod wait;
 
 pub use error::{ClientError, Loss};
 

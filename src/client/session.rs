@@ -23,7 +23,8 @@ use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{
-    subscribe, Io, Kind, Next, PinChange, Policy, Relay, Subscribe, Subscriptions, TimedOut,
+    subscribe, Io, Keep, Kind, Next, Peer, PinChange, Policy, Relay, Subscribe, Subscriptions,
+    TimedOut,
 };
 use crate::server::Server;
 use crate::shared::Shared;
@@ -180,10 +181,10 @@ impl<'a> Session<'a> {
 
     /// Runs the session to its end and returns or discards the server it holds.
     pub async fn run(&mut self) -> Result<(), ClientError> {
+        // A match, not a `let` of the await: the result then takes no room of its own
+        // beside the loop's future (the idle client's task stays in its allocation class).
+        #[allow(clippy::match_single_binding)]
         let res = match self.relay_loop().await {
-            Err(ClientError::ServerLost(_)) if !self.relay.server_lost_needs_error() => {
-                Err(ClientError::ServerEnded)
-            }
             res => res,
         };
         let close = self.must_close(&res);
@@ -191,8 +192,13 @@ impl<'a> Session<'a> {
             // Deliver what is already queued; `serve` then writes the FATAL for the error.
             let _ = self.flush_client().await;
         }
-        self.finish(close);
-        res
+        let ending = self.finish(close);
+        match res {
+            Err(ClientError::ServerLost(_)) if !ending.tell_server_lost => {
+                Err(ClientError::ServerEnded)
+            }
+            res => res,
+        }
     }
 
     /// Alternates between a small idle wait and boxed rounds of work, so an idle client
@@ -535,12 +541,12 @@ impl<'a> Session<'a> {
     pub(super) async fn finish_round(&mut self) -> Result<(), ClientError> {
         // Most rounds that read a reply have nothing for the server: no write future then
         // (TLS may still hold a record back, so it always goes through the flush).
-        if !self.relay.server_out().is_empty()
+        if !self.relay.transmit(Peer::Server).is_empty()
             || self.server.as_ref().is_some_and(|s| s.stream.is_tls())
         {
             self.flush_server().await?;
         } else {
-            self.relay.server_sent();
+            self.relay.transmitted(Peer::Server);
         }
         // The rare ends of a round share one await point (the usual round's future stays as
         // it was): committed subscriptions made, a listening client's own notification waited
@@ -552,11 +558,13 @@ impl<'a> Session<'a> {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
             self.deliver_notifications();
         }
-        self.relay.end_round();
         self.flush_client().await?;
-        if self.server.is_none() {
-            self.shrink_idle();
-        }
+        let keep = if self.server.is_some() {
+            Keep::All
+        } else {
+            self.keep_idle()
+        };
+        self.relay.end_round(keep);
         Ok(())
     }
 
@@ -778,7 +786,7 @@ impl<'a> Session<'a> {
                             detail: None,
                             hint: None,
                         };
-                        self.relay.before_ready(|relay| relay.notice(&fields));
+                        self.relay.before_ready(|out| out.notice(&fields));
                     }
                 }
                 Subscribe::Unlisten(channel) => self.unlisten(channel.as_deref()),
@@ -837,11 +845,11 @@ impl<'a> Session<'a> {
         };
         // Before the ReadyForQuery that ends the client's transaction, where PostgreSQL puts
         // a transaction's own notifications.
-        self.relay.before_ready(|relay| {
+        self.relay.before_ready(|out| {
             while let Some(item) = inbox.try_recv() {
                 let note = item.as_deref().filter(|n| inbox.hears(n));
                 if note.is_some() || item.is_none() {
-                    relay.notify(note, inbox.take_lost(), &mut wire);
+                    out.notify(note, inbox.take_lost(), &mut wire);
                 }
             }
         });
@@ -947,12 +955,16 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Frees buffers while the client holds nothing, so idle clients stay small. A warm
-    /// session keeps them, unless a large message grew one.
-    fn shrink_idle(&mut self) {
+    /// What the client keeps while it holds nothing: idle clients stay small, a warm
+    /// session keeps its buffers unless a large message grew one.
+    fn keep_idle(&mut self) -> Keep {
         if self.warm.slot.is_none() {
             self.warm.slot = self.shared.counters.take_warm(self.warm.limit);
         }
-        self.relay.shrink(self.warm.slot.is_some());
+        if self.warm.slot.is_some() {
+            Keep::Warm
+        } else {
+            Keep::None
+        }
     }
 }

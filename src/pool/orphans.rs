@@ -33,15 +33,14 @@ impl Orphans {
         q.push_back(client);
         self.added.fetch_add(1, Ordering::Release);
     }
+}
 
-    /// How far the list goes now: a server with no statements starts there.
-    pub fn mark(&self) -> u64 {
+impl crate::relay::Departed for Orphans {
+    fn mark(&self) -> u64 {
         self.added.load(Ordering::Acquire)
     }
 
-    /// The clients added since mark `seen` that are still remembered, and the new mark;
-    /// `None` when none were.
-    pub fn since(&self, seen: u64) -> Option<(Vec<u64>, u64)> {
+    fn since(&self, seen: u64) -> Option<(Vec<u64>, u64)> {
         if self.added.load(Ordering::Acquire) == seen {
             return None;
         }
@@ -57,6 +56,7 @@ impl Orphans {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::relay::Departed;
 
     #[test]
     fn each_server_gets_what_came_since_it_looked() {

@@ -332,11 +332,6 @@ impl Relay {
         Some(self.subscribe_in_block(sub))
     }
 
-    /// Writes a NoticeResponse of `fields` for the client.
-    pub fn notice(&mut self, fields: &ErrorFields) {
-        backend::notice_response(&mut self.client.cout, fields);
-    }
-
     /// The database the whole Query or Parse in front needs free of other sessions
     /// ([`Next::FreeDatabase`]), if the driver has not been told yet. Every other text costs
     /// a look at its first byte (a named Parse's, at its name's).
@@ -476,32 +471,19 @@ impl Relay {
         self.client.listening = on;
     }
 
-    /// Runs `deliver` (which adds notifications for the client) so that what it adds goes
-    /// out before a ReadyForQuery that ends the client's output now: PostgreSQL delivers a
-    /// transaction's own notifications before the ReadyForQuery that ends it.
-    pub fn before_ready(&mut self, deliver: impl FnOnce(&mut Relay)) {
-        let n = self.client.cout.len();
-        let ready =
-            n >= 6 && self.client.cout[n - 6..n - 1] == [backend::READY_FOR_QUERY_TAG, 0, 0, 0, 5];
+    /// Runs `deliver`, which adds notifications and notices for the client, so that what it
+    /// adds goes out before a ReadyForQuery that ends the client's output now: PostgreSQL
+    /// delivers a transaction's own notifications before the ReadyForQuery that ends it.
+    pub fn before_ready(&mut self, deliver: impl FnOnce(&mut Deliver)) {
+        let cout = &mut self.client.cout;
+        let n = cout.len();
+        let ready = n >= 6 && cout[n - 6..n - 1] == [backend::READY_FOR_QUERY_TAG, 0, 0, 0, 5];
         if !ready {
-            return deliver(self);
+            return deliver(&mut Deliver { cout });
         }
-        let rfq = self.client.cout.split_off(n - 6);
-        deliver(self);
-        self.client.cout.unsplit(rfq);
-    }
-
-    /// A notification from the pool's listening connection for this idle client, with its
-    /// sender as the client knows it (`None`: the mark of a loss alone). `lost`:
-    /// notifications meant for it were dropped (it is warned first).
-    pub fn notify<I: Io>(&mut self, note: Option<&Note>, lost: bool, io: &mut I) {
-        if lost {
-            crate::listen::lost_notice(&mut self.client.cout);
-        }
-        if let Some(note) = note {
-            let msg = note.bytes(|m, at| super::replies::renumbered(m, Some(at), io));
-            self.client.cout.extend_from_slice(msg);
-        }
+        let rfq = cout.split_off(n - 6);
+        deliver(&mut Deliver { cout });
+        cout.unsplit(rfq);
     }
 
     /// Passes on (or drops) the next bytes of the client message in progress.
@@ -816,4 +798,29 @@ fn mentions_notify(msg: &[u8]) -> bool {
         msg.get(i..i + 6)
             .is_some_and(|w| w.eq_ignore_ascii_case(b"notify"))
     })
+}
+
+/// What the driver may add for the client at a point [`Relay::before_ready`] chose.
+pub struct Deliver<'r> {
+    cout: &'r mut BytesMut,
+}
+
+impl Deliver<'_> {
+    /// A NoticeResponse of `fields`.
+    pub fn notice(&mut self, fields: &ErrorFields) {
+        backend::notice_response(self.cout, fields);
+    }
+
+    /// A notification from the pool's listening connection, with its sender as the client
+    /// knows it (`None`: the mark of a loss alone). `lost`: notifications meant for the
+    /// client were dropped (it is warned first).
+    pub fn notify<I: Io>(&mut self, note: Option<&Note>, lost: bool, io: &mut I) {
+        if lost {
+            crate::listen::lost_notice(self.cout);
+        }
+        if let Some(note) = note {
+            let msg = note.bytes(|m, at| super::replies::renumbered(m, Some(at), io));
+            self.cout.extend_from_slice(msg);
+        }
+    }
 }

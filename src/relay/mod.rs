@@ -30,11 +30,13 @@ mod track;
 mod tracking;
 
 pub use cleanup::{sync_query, synced};
+pub use client::Deliver;
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PinChange, PIN_CHECK_SQL};
 
 pub use policy::{Policy, StateRule};
 pub use timeouts::{Kind, TimedOut};
+pub use tracking::Departed;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -74,6 +76,26 @@ pub trait Io {
     /// A random seed in [-1, 1] for a server's `setseed` after a clean-up, one the previous
     /// client cannot know.
     fn seed(&mut self) -> f64;
+}
+
+/// The buffers [`Relay::end_round`] keeps. While the client holds nothing, idle clients
+/// stay small: their emptied buffers are freed, except a warm session's up to
+/// [`SHRINK_ABOVE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// The client holds a server: everything.
+    All,
+    /// A warm session between transactions.
+    Warm,
+    /// Any other session between transactions: nothing emptied.
+    None,
+}
+
+/// The side of the relay bytes go to ([`Relay::transmit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    Client,
+    Server,
 }
 
 /// A `LISTEN` or `UNLISTEN` the pool's listening connection serves (`track`): the client
@@ -131,6 +153,17 @@ pub struct Released {
     /// A listening client's texts mentioned `notify` in the transaction: it may have sent
     /// a notification it listens for itself, which reaches it before its ReadyForQuery.
     pub notified: bool,
+}
+
+/// How a session ends ([`Relay::finish`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// What becomes of the server it held (`None`: it held none).
+    pub leave: Option<Leave>,
+    /// If the held server's connection ended: whether the client must still be told
+    /// (08006), which it must not after the server's own FATAL, already passed on (the
+    /// client then sees what a direct connection shows: that error, then the close).
+    pub tell_server_lost: bool,
 }
 
 /// What becomes of the server a session ends holding ([`Relay::finish`]).
@@ -356,33 +389,30 @@ impl Relay {
         self.client.cbuf.len()
     }
 
-    /// What is queued for the client; the driver writes it and calls [`Relay::client_sent`].
-    pub fn client_out(&self) -> &[u8] {
-        &self.client.cout
-    }
-
-    /// The client took everything queued for it.
-    pub fn client_sent(&mut self) {
-        self.metrics
-            .clients
-            .bytes_out
-            .inc_by(self.client.cout.len() as u64);
-        self.client.cout.clear();
-        if self.client.cout.capacity() > SHRINK_ABOVE {
-            self.client.cout = BytesMut::new();
+    /// What is queued for `peer`; the driver writes all of it, then calls
+    /// [`Relay::transmitted`].
+    #[inline]
+    pub fn transmit(&self, peer: Peer) -> &[u8] {
+        match peer {
+            Peer::Client => &self.client.cout,
+            Peer::Server => &self.sout,
         }
     }
 
-    /// What is queued for the server; the driver writes it and calls [`Relay::server_sent`].
-    pub fn server_out(&self) -> &[u8] {
-        &self.sout
-    }
-
-    /// The server took everything queued for it.
-    pub fn server_sent(&mut self) {
-        self.sout.clear();
-        if self.sout.capacity() > SHRINK_ABOVE {
-            self.sout = BytesMut::new();
+    /// `peer` took everything queued for it.
+    #[inline]
+    pub fn transmitted(&mut self, peer: Peer) {
+        let buf = match peer {
+            Peer::Client => {
+                let out = &mut self.client.cout;
+                self.metrics.clients.bytes_out.inc_by(out.len() as u64);
+                out
+            }
+            Peer::Server => &mut self.sout,
+        };
+        buf.clear();
+        if buf.capacity() > SHRINK_ABOVE {
+            *buf = BytesMut::new();
         }
     }
 
@@ -413,20 +443,19 @@ impl Relay {
         self.batch.status
     }
 
-    /// The held server's connection ended: whether the client must still be told (08006),
-    /// which it must not after the server's own FATAL, already passed on (the client then
-    /// sees what a direct connection shows: that error, then the close).
-    pub fn server_lost_needs_error(&self) -> bool {
-        !self.batch.server_fatal
-    }
-
     /// Starts holding server `srv` taken at `now` under the `fresh` policy (`None`: the
     /// configuration is unchanged, the last one holds). A reloaded mode applies
     /// from this transaction on; tracking switches only while the client keeps no
     /// statements, so none of its names is stranded. Before the client's messages run there,
     /// the server's session is cleaned if another client's work may have left state on it
     /// ([`ServerState::cleanup_for`]), and the client's settings are brought onto it.
-    pub fn hold(&mut self, srv: &mut ServerState, fresh: Option<Policy>, now: Instant) {
+    pub fn hold(
+        &mut self,
+        srv: &mut ServerState,
+        fresh: Option<Policy>,
+        now: Instant,
+        departed: &impl Departed,
+    ) {
         let mut policy = fresh.unwrap_or_else(|| {
             let mut p = self.policy;
             p.tracking = p.tracking_configured;
@@ -464,6 +493,9 @@ impl Relay {
             None => cleanup::Prelude::Sync,
         };
         srv.last_client = self.id;
+        if policy.tracking {
+            self.close_departed(srv, departed);
+        }
     }
 
     /// The transaction is over and `srv` owes nothing more: it may go back to the pool now.
@@ -498,27 +530,37 @@ impl Relay {
         self.end_pin();
     }
 
-    /// The end of every round: the clock read of its ReadyForQuery is stale from here on,
-    /// and the kept-statements gauge is brought up to date.
-    pub fn end_round(&mut self) {
+    /// The end of every round, once its bytes are written: the clock read of its
+    /// ReadyForQuery is stale from here on, the kept-statements gauge is brought up to date,
+    /// and the buffers `keep` does not keep are freed.
+    #[inline]
+    pub fn end_round(&mut self, keep: Keep) {
         self.clock.ready_at = None;
         if self.policy.tracking {
             self.count_kept();
         }
+        match keep {
+            Keep::All => {}
+            Keep::Warm => self.shrink(SHRINK_ABOVE),
+            Keep::None => self.shrink(0),
+        }
     }
 
-    /// The session ends holding `srv` (or none): counts what is left; returns what becomes
-    /// of `srv` (`reset`: a reset query is configured).
-    pub fn finish(
-        &mut self,
-        srv: Option<&ServerState>,
-        io: &mut impl Io,
-        reset: bool,
-    ) -> Option<Leave> {
+    /// The session ends holding `srv` (or none): counts what is left; says what becomes of
+    /// `srv` (`reset`: a reset query is configured) and whether the client is still to hear
+    /// of a lost server.
+    pub fn finish(&mut self, srv: Option<&ServerState>, io: &mut impl Io, reset: bool) -> Ending {
         self.metrics.prepared.kept.sub(self.kept_counted as i64);
         self.kept_counted = 0;
         self.count_transaction(io);
-        let srv = srv?;
+        Ending {
+            leave: srv.map(|srv| self.leave(srv, reset)),
+            tell_server_lost: !self.batch.server_fatal,
+        }
+    }
+
+    /// What becomes of `srv`, held as the session ends.
+    fn leave(&self, srv: &ServerState, reset: bool) -> Leave {
         self.events.client_released_server(self.id, srv.id);
         // Idle, in step, nothing unread: otherwise it cannot be used again.
         let clean =
@@ -526,7 +568,7 @@ impl Relay {
         // A pinned client's server holds its session state (a setting, a temp table, a
         // lock...): reset before anyone else gets it, or closed when there is no reset query.
         let pinned = self.client.pin.reason.is_some();
-        Some(if !clean {
+        if !clean {
             Leave::Close
         } else if (self.policy.is_session() || pinned) && reset {
             Leave::Reset { pinned }
@@ -534,7 +576,7 @@ impl Relay {
             Leave::Close
         } else {
             Leave::Return
-        })
+        }
     }
 
     /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.
@@ -546,10 +588,8 @@ impl Relay {
             && self.client.cpass.is_idle()
     }
 
-    /// Frees buffers while the client holds nothing, so idle clients stay small; a warm
-    /// session keeps those up to [`SHRINK_ABOVE`].
-    pub fn shrink(&mut self, warm: bool) {
-        let keep = if warm { SHRINK_ABOVE } else { 0 };
+    /// Frees the emptied buffers above `keep` bytes.
+    fn shrink(&mut self, keep: usize) {
         for buf in [&mut self.client.cbuf, &mut self.client.cout, &mut self.sout] {
             if buf.capacity() > keep && buf.is_empty() && buf.capacity() > 0 {
                 *buf = BytesMut::new();

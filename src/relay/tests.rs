@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::{error_fields, Io, Next, Policy, Relay};
+use super::{error_fields, Io, Next, Peer, Policy, Relay};
 use crate::config::{Config, EventLevel, PoolMode};
 use crate::events::Events;
 use crate::metrics::Metrics;
@@ -40,7 +40,7 @@ impl Wire {
     /// What the client got: taken at once, or queued.
     fn to_client(&self, r: &Relay) -> BytesMut {
         let mut all = self.received.clone();
-        all.extend_from_slice(r.client_out());
+        all.extend_from_slice(r.transmit(Peer::Client));
         all
     }
 }
@@ -72,9 +72,9 @@ fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
             spare: None,
         }
     );
-    r.hold(srv, None, Instant::now());
+    r.hold(srv, None, Instant::now(), &NoneDeparted);
     assert_eq!(r.on_client(Some(srv), &mut wire).unwrap(), Next::Done);
-    r.server_sent();
+    r.transmitted(Peer::Server);
     wire
 }
 
@@ -249,4 +249,17 @@ fn a_signalled_backend_is_named_as_the_server_to_spare() {
     assert_eq!(spare(first(&[named.clone(), bind_to(b"S_1")])), Some(4242));
     assert_eq!(spare(first(&[named, bind_to(b"S_2")])), None);
     assert_eq!(bind_to(b""), bind);
+}
+
+/// No client has left.
+struct NoneDeparted;
+
+impl super::Departed for NoneDeparted {
+    fn mark(&self) -> u64 {
+        0
+    }
+
+    fn since(&self, _: u64) -> Option<(Vec<u64>, u64)> {
+        None
+    }
 }

@@ -14,6 +14,18 @@ use crate::protocol::frame::{begin, finish, HEADER_LEN};
 use crate::protocol::frontend as f;
 use crate::protocol::{sqlstate, Cursor};
 use crate::server::{Owed, Request, ServerState};
+
+/// The clients that left having prepared statements (`--track-prepared`), numbered as they
+/// left: a server name carries its client's number, so no one binds those copies again, and
+/// the next client to hold a server closes the ones it has ([`Relay::hold`]). The pool keeps
+/// the record (`pool::orphans`).
+pub trait Departed {
+    /// How far the record goes now.
+    fn mark(&self) -> u64;
+    /// The clients recorded since mark `seen` (those still remembered), and the new mark;
+    /// `None` when none were.
+    fn since(&self, seen: u64) -> Option<(Vec<u64>, u64)>;
+}
 use crate::session_state::detect::{self, effects, Effect};
 use crate::session_state::lex;
 use crate::session_state::signal;
@@ -596,11 +608,19 @@ impl Relay {
         self.batch.unnamed_here = false;
     }
 
-    /// Closes `srv`'s copies of the statements of `departed` clients (`pool::orphans`),
-    /// their CloseComplete swallowed: called as the client takes the server, so they go
-    /// before its first message.
-    pub fn close_orphans(&mut self, srv: &mut ServerState, departed: &[u64]) {
-        for (name, id) in srv.statements.of_clients(departed) {
+    /// Closes `srv`'s copies of the statements of the clients that left since it last
+    /// looked (`departed`), their CloseComplete swallowed: called as the client takes the
+    /// server, so they go before its first message.
+    pub(super) fn close_departed(&mut self, srv: &mut ServerState, departed: &impl Departed) {
+        if srv.statements.is_empty() {
+            srv.orphans_seen = departed.mark();
+            return;
+        }
+        let Some((gone, mark)) = departed.since(srv.orphans_seen) else {
+            return;
+        };
+        srv.orphans_seen = mark;
+        for (name, id) in srv.statements.of_clients(&gone) {
             f::close_statement(&mut self.sout, &name);
             srv.statements.remove(&name);
             let close = Owed::InjectedClose {

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::params::{ClientParams, Params};
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Io, Leave, Next, Policy, Relay};
+use crate::relay::{Departed, Io, Keep, Leave, Next, Peer, Policy, Relay};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -326,6 +326,25 @@ pub struct Sim<'p> {
     blind_pin_check: bool,
     /// [`Options::forget_settings`].
     forget_settings: bool,
+    /// The clients that left having prepared statements, as the pool records them.
+    departures: Departures,
+}
+
+/// The clients that left having prepared statements (`pool::orphans`): the next client to
+/// hold a server closes its copies of theirs.
+#[derive(Default)]
+struct Departures(Vec<u64>);
+
+impl Departed for Departures {
+    fn mark(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn since(&self, seen: u64) -> Option<(Vec<u64>, u64)> {
+        let seen = usize::try_from(seen).unwrap_or(usize::MAX);
+        let gone = self.0.get(seen..).filter(|g| !g.is_empty())?;
+        Some((gone.to_vec(), self.0.len() as u64))
+    }
 }
 
 /// Server `id`'s protocol state as after its login: what the model reports at startup, as
@@ -473,6 +492,7 @@ impl<'p> Sim<'p> {
             skip_leave_reset: false,
             blind_pin_check: false,
             forget_settings: false,
+            departures: Departures::default(),
         }
     }
 
@@ -710,16 +730,9 @@ impl<'p> Sim<'p> {
     /// client already has the server's own FATAL.
     fn server_gone(&mut self, c: usize, s: usize) -> Result<(), Failure> {
         let cl = &mut self.clients[c];
-        if cl.relay.server_lost_needs_error() {
-            let mut e = crate::relay::error_fields(
-                sqlstate::CONNECTION_FAILURE,
-                "server connection lost".into(),
-            );
-            e.severity = "FATAL".into();
-            backend::error_response(&mut cl.received, &e);
-        }
         cl.server = None;
         cl.phase = Phase::Done;
+        self.note_departure(c);
         {
             let Sim {
                 clients,
@@ -733,7 +746,14 @@ impl<'p> Sim<'p> {
                 rng,
                 received: &mut cl.received,
             };
-            cl.relay.finish(None, &mut io, true);
+            if cl.relay.finish(None, &mut io, true).tell_server_lost {
+                let mut e = crate::relay::error_fields(
+                    sqlstate::CONNECTION_FAILURE,
+                    "server connection lost".into(),
+                );
+                e.severity = "FATAL".into();
+                backend::error_response(&mut cl.received, &e);
+            }
         }
         // The pool discards the dead server: its slot is free for a new one.
         self.close_server(s);
@@ -744,24 +764,25 @@ impl<'p> Sim<'p> {
     fn flush_server(&mut self, c: usize) {
         let cl = &mut self.clients[c];
         if let Some(s) = cl.server {
-            if self.trace && !cl.relay.server_out().is_empty() {
+            if self.trace && !cl.relay.transmit(Peer::Server).is_empty() {
                 eprintln!(
                     "client {c} to server {s}:{}",
-                    describe(cl.relay.server_out())
+                    describe(cl.relay.transmit(Peer::Server))
                 );
             }
             self.servers[s]
                 .to_model
-                .extend_from_slice(cl.relay.server_out());
+                .extend_from_slice(cl.relay.transmit(Peer::Server));
         }
-        cl.relay.server_sent();
+        cl.relay.transmitted(Peer::Server);
     }
 
     /// Delivers what the relay queued for its client.
     fn flush_client(&mut self, c: usize) -> Result<(), Failure> {
         let cl = &mut self.clients[c];
-        cl.received.extend_from_slice(cl.relay.client_out());
-        cl.relay.client_sent();
+        cl.received
+            .extend_from_slice(cl.relay.transmit(Peer::Client));
+        cl.relay.transmitted(Peer::Client);
         self.cut_frames(c)
     }
 
@@ -793,8 +814,16 @@ impl<'p> Sim<'p> {
     fn finish_round(&mut self, c: usize) -> Result<(), Failure> {
         self.flush_server(c);
         self.maybe_release(c);
-        self.clients[c].relay.end_round();
-        self.flush_client(c)
+        let delivered = self.flush_client(c);
+        let cl = &mut self.clients[c];
+        // Freed between transactions as the session frees them.
+        let keep = if cl.server.is_some() {
+            Keep::All
+        } else {
+            Keep::None
+        };
+        cl.relay.end_round(keep);
+        delivered
     }
 
     fn maybe_release(&mut self, c: usize) {
@@ -881,9 +910,12 @@ impl<'p> Sim<'p> {
         }
         let now = self.clock.base + self.clock.offset;
         let policy = *self.clients[c].relay.policy();
-        self.clients[c]
-            .relay
-            .hold(&mut self.servers[s].state, Some(policy), now);
+        self.clients[c].relay.hold(
+            &mut self.servers[s].state,
+            Some(policy),
+            now,
+            &self.departures,
+        );
         self.clients[c].server = Some(s);
         true
     }
@@ -908,8 +940,10 @@ impl<'p> Sim<'p> {
             };
             cl.relay
                 .finish(server.map(|s| &servers[s].state), &mut io, true)
+                .leave
         };
         self.clients[c].phase = Phase::Done;
+        self.note_departure(c);
         if let Some(s) = server {
             match leave {
                 _ if self.servers[s].model.is_closed() => self.close_server(s),
@@ -921,6 +955,15 @@ impl<'p> Sim<'p> {
                 }
                 Some(Leave::Close) | None => self.close_server(s),
             }
+        }
+    }
+
+    /// A client that prepared statements left (the session's end, `Session`'s drop):
+    /// its servers' copies of them are for the next clients to close.
+    fn note_departure(&mut self, c: usize) {
+        let relay = &self.clients[c].relay;
+        if relay.left_statements() {
+            self.departures.0.push(relay.id());
         }
     }
 

@@ -1,0 +1,37 @@
+//! The driver's one wait for something other than the relay's traffic (a server from the
+//! pool, the end of a PAUSE, an idle check's answer), during which the client is still read.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Poll};
+
+use super::error::ClientError;
+use crate::net::read::poll_read_some;
+use crate::net::ClientStream;
+use crate::relay::Relay;
+
+/// Awaits `work`, reading the client into the relay's buffer meanwhile: a client that leaves
+/// is noticed at once (`Gone`), and one that pipelines is read up to `client.buffer_size`,
+/// then pushed back through its socket.
+/// `work` comes pinned by the caller: an `async fn`'s argument would take its room twice in
+/// the session's future.
+pub(super) async fn reading_client<F: Future>(
+    client: &mut ClientStream,
+    relay: &mut Relay,
+    mut work: Pin<&mut F>,
+) -> Result<F::Output, ClientError> {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        while relay.client_has_room() {
+            match ready!(poll_read_some(client, relay.client_in(), cx)) {
+                Ok(0) => return Poll::Ready(Err(ClientError::Gone)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(ClientError::Io(e))),
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
