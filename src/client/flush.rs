@@ -67,15 +67,34 @@ impl Session<'_> {
 
     /// Writes what the relay queued for the client.
     pub(super) async fn flush_client(&mut self) -> Result<(), ClientError> {
+        match self.write_client_now() {
+            None => Ok(()),
+            Some(written) => self.write_client_rest(written).await,
+        }
+    }
+
+    /// Most replies fit the socket at once: written without a future (the round's end
+    /// calls this itself, so no future is polled in the usual round). Returns how much was
+    /// written when the rest must wait for the socket.
+    #[inline(always)]
+    pub(super) fn write_client_now(&mut self) -> Option<usize> {
         let out = self.relay.transmit(Peer::Client);
         if out.is_empty() {
-            return Ok(());
+            return None;
         }
-        // Most replies fit the socket at once: written without a future; the rest waits.
         let n = self.client.try_write_plain(out);
         if n < out.len() {
-            self.client.send(&out[n..]).await?;
+            return Some(n);
         }
+        self.relay.transmitted(Peer::Client);
+        None
+    }
+
+    /// Writes the rest of what the relay queued for the client, `written` bytes of it
+    /// already out.
+    pub(super) async fn write_client_rest(&mut self, written: usize) -> Result<(), ClientError> {
+        let out = self.relay.transmit(Peer::Client);
+        self.client.send(&out[written..]).await?;
         self.relay.transmitted(Peer::Client);
         Ok(())
     }

@@ -190,7 +190,8 @@ impl<'a> Session<'a> {
         let close = self.must_close(&res);
         if res.is_err() {
             // Deliver what is already queued; `serve` then writes the FATAL for the error.
-            let _ = self.flush_client().await;
+            // Boxed: beside the error, it would set the size of every client's task.
+            let _ = Box::pin(self.flush_client()).await;
         }
         let ending = self.finish(close);
         match res {
@@ -558,13 +559,15 @@ impl<'a> Session<'a> {
             // Notifications wait for the end of the client's transaction, as PostgreSQL's do.
             self.deliver_notifications();
         }
-        self.flush_client().await?;
         let keep = if self.server.is_some() {
             Keep::All
         } else {
             self.keep_idle()
         };
         self.relay.end_round(keep);
+        if let Some(written) = self.write_client_now() {
+            self.write_client_rest(written).await?;
+        }
         Ok(())
     }
 

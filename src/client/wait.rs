@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Poll};
+use std::task::{ready, Context, Poll};
 
 use super::error::ClientError;
 use crate::net::read::poll_read_some;
@@ -24,14 +24,26 @@ pub(super) async fn reading_client<F: Future>(
         if let Poll::Ready(out) = work.as_mut().poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        while relay.client_has_room() {
-            match ready!(poll_read_some(client, relay.client_in(), cx)) {
-                Ok(0) => return Poll::Ready(Err(ClientError::Gone)),
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Err(ClientError::Io(e))),
-            }
-        }
-        Poll::Pending
+        read_meanwhile(client, relay, cx).map(Err)
     })
     .await
+}
+
+/// Reads the client while there is room: ready only with the end of the client (or its
+/// socket's error). Out of line: the session's round, which awaits a server inline, stays
+/// small enough for its own hot code to be inlined.
+#[inline(never)]
+fn read_meanwhile(
+    client: &mut ClientStream,
+    relay: &mut Relay,
+    cx: &mut Context<'_>,
+) -> Poll<ClientError> {
+    while relay.client_has_room() {
+        match ready!(poll_read_some(client, relay.client_in(), cx)) {
+            Ok(0) => return Poll::Ready(ClientError::Gone),
+            Ok(_) => {}
+            Err(e) => return Poll::Ready(ClientError::Io(e)),
+        }
+    }
+    Poll::Pending
 }

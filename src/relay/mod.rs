@@ -205,6 +205,9 @@ struct ClientSide {
     /// It listens through the pool's listening connection (its texts are checked for a
     /// `NOTIFY`, whose notification PostgreSQL delivers before the transaction's end).
     listening: bool,
+    /// The round ended with the client holding nothing ([`Keep::None`]): `cout` goes once
+    /// written ([`Relay::transmitted`]).
+    free_out: bool,
     /// The size of the Query in front when it was found to make no session state as a server
     /// was asked for it ([`Relay::spare`]): its first handling does not read it again (0:
     /// none).
@@ -402,16 +405,16 @@ impl Relay {
     /// `peer` took everything queued for it.
     #[inline]
     pub fn transmitted(&mut self, peer: Peer) {
-        let buf = match peer {
+        let (buf, free) = match peer {
             Peer::Client => {
                 let out = &mut self.client.cout;
                 self.metrics.clients.bytes_out.inc_by(out.len() as u64);
-                out
+                (out, std::mem::take(&mut self.client.free_out))
             }
-            Peer::Server => &mut self.sout,
+            Peer::Server => (&mut self.sout, false),
         };
         buf.clear();
-        if buf.capacity() > SHRINK_ABOVE {
+        if free || buf.capacity() > SHRINK_ABOVE {
             *buf = BytesMut::new();
         }
     }
@@ -530,19 +533,18 @@ impl Relay {
         self.end_pin();
     }
 
-    /// The end of every round, once its bytes are written: the clock read of its
-    /// ReadyForQuery is stale from here on, the kept-statements gauge is brought up to date,
-    /// and the buffers `keep` does not keep are freed.
+    /// The end of every round, before its bytes for the client are written: the clock read
+    /// of its ReadyForQuery is stale from here on, the kept-statements gauge is brought up to
+    /// date, and the buffers `keep` does not keep are freed (the client's output once
+    /// written).
     #[inline]
     pub fn end_round(&mut self, keep: Keep) {
         self.clock.ready_at = None;
         if self.policy.tracking {
             self.count_kept();
         }
-        match keep {
-            Keep::All => {}
-            Keep::Warm => self.shrink(SHRINK_ABOVE),
-            Keep::None => self.shrink(0),
+        if keep != Keep::All {
+            self.free_idle(keep);
         }
     }
 
@@ -588,13 +590,17 @@ impl Relay {
             && self.client.cpass.is_idle()
     }
 
-    /// Frees the emptied buffers above `keep` bytes.
-    fn shrink(&mut self, keep: usize) {
+    /// The client holds nothing: its emptied buffers are freed (a warm session's up to
+    /// [`SHRINK_ABOVE`]), and its output once written.
+    #[inline]
+    fn free_idle(&mut self, keep: Keep) {
+        let above = if keep == Keep::Warm { SHRINK_ABOVE } else { 0 };
         for buf in [&mut self.client.cbuf, &mut self.client.cout, &mut self.sout] {
-            if buf.capacity() > keep && buf.is_empty() && buf.capacity() > 0 {
+            if buf.capacity() > above && buf.is_empty() && buf.capacity() > 0 {
                 *buf = BytesMut::new();
             }
         }
+        self.client.free_out = keep == Keep::None && !self.client.cout.is_empty();
     }
 
     /// Counts the transaction that ends now; returns the clock read it used.

@@ -814,7 +814,6 @@ impl<'p> Sim<'p> {
     fn finish_round(&mut self, c: usize) -> Result<(), Failure> {
         self.flush_server(c);
         self.maybe_release(c);
-        let delivered = self.flush_client(c);
         let cl = &mut self.clients[c];
         // Freed between transactions as the session frees them.
         let keep = if cl.server.is_some() {
@@ -823,7 +822,7 @@ impl<'p> Sim<'p> {
             Keep::None
         };
         cl.relay.end_round(keep);
-        delivered
+        self.flush_client(c)
     }
 
     fn maybe_release(&mut self, c: usize) {
