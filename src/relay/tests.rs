@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::{error_fields, Io, Next, Peer, Policy, Relay};
+use super::{error_fields, Io, Keep, Next, Peer, Policy, Relay};
 use crate::config::{Config, EventLevel, PoolMode};
 use crate::events::Events;
 use crate::metrics::Metrics;
@@ -261,5 +261,36 @@ impl super::Departed for NoneDeparted {
 
     fn since(&self, _: u64) -> Option<(Vec<u64>, u64)> {
         None
+    }
+}
+
+/// Queues an answer for the client, as a refused Query does.
+fn queue_answer(r: &mut Relay) {
+    frontend::query(r.client_in(), "select 1");
+    r.refuse(
+        frontend::QUERY_TAG,
+        &error_fields("53300", "refused".into()),
+    );
+    assert!(!r.transmit(Peer::Client).is_empty());
+}
+
+#[test]
+fn an_idle_clients_output_goes_once_written_and_a_warm_or_busy_ones_stays() {
+    for (keep, freed) in [(Keep::None, true), (Keep::Warm, false), (Keep::All, false)] {
+        let mut r = relay(PoolMode::Transaction);
+        queue_answer(&mut r);
+        r.end_round(keep);
+        assert!(
+            !r.transmit(Peer::Client).is_empty(),
+            "{keep:?}: nothing queued is dropped before it is written"
+        );
+        r.transmitted(Peer::Client);
+        assert!(r.transmit(Peer::Client).is_empty());
+        assert_eq!(r.client.cout.capacity() == 0, freed, "{keep:?}");
+        // The mark lasts one write: the next round's output, the client busy, is kept.
+        queue_answer(&mut r);
+        r.end_round(Keep::All);
+        r.transmitted(Peer::Client);
+        assert!(r.client.cout.capacity() > 0, "{keep:?}, then a busy round");
     }
 }
