@@ -83,8 +83,6 @@ const CAUGHT_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// A bounded few sessions keep their buffers and their future between transactions.
 pub(super) struct Warm {
     pub slot: Option<WarmSlot>,
-    /// `client.warm_sessions` when this client logged in.
-    pub limit: usize,
 }
 
 /// What a round's end must still do, rarely ([`Session::maybe_release`]): boxed, so the usual
@@ -115,6 +113,9 @@ pub struct Session<'a> {
     /// The configuration generation the relay's policy was made from (its low bits): the
     /// policy is made again only after a reload or a change of the pool's mode.
     pub(super) policy_generation: u32,
+    /// `client.warm_sessions` when this client logged in (at most 65,535 here: 16 bits fit
+    /// beside the fields above, and the idle client's task stays in its allocation class).
+    warm_limit: u16,
     /// The client's notifications, once it listens through the pool's listening connection
     /// (`track`).
     inbox: Option<Box<Inbox>>,
@@ -159,10 +160,8 @@ impl<'a> Session<'a> {
             cancel: login.cancel,
             server: None,
             member: login.member,
-            warm: Warm {
-                slot: None,
-                limit: cfg.client.warm_sessions,
-            },
+            warm: Warm { slot: None },
+            warm_limit: u16::try_from(cfg.client.warm_sessions).unwrap_or(u16::MAX),
             client_first: false,
             timer: None,
             policy_generation: generation as u32,
@@ -962,7 +961,7 @@ impl<'a> Session<'a> {
     /// session keeps its buffers unless a large message grew one.
     fn keep_idle(&mut self) -> Keep {
         if self.warm.slot.is_none() {
-            self.warm.slot = self.shared.counters.take_warm(self.warm.limit);
+            self.warm.slot = self.shared.counters.take_warm(self.warm_limit.into());
         }
         if self.warm.slot.is_some() {
             Keep::Warm

@@ -367,7 +367,8 @@ pub struct ClientConfig {
     pub max_startup_params: usize,
     /// Sessions that keep their buffers and working future between transactions: about
     /// 1 KiB each after small requests, at most 64 KiB per buffer (larger ones are always
-    /// given back). The rest take them fresh per transaction. Applies to new clients.
+    /// given back). The rest take them fresh per transaction. Applies to new clients. At
+    /// most 65,535 are kept (a larger value counts as that).
     pub warm_sessions: usize,
 }
 

@@ -45,8 +45,15 @@ impl Kept {
 /// The named statements of one client.
 #[derive(Debug, Default)]
 pub struct ClientStatements {
-    map: HashMap<Bytes, Arc<Kept>>,
     next_id: u64,
+    /// Made at the client's first statement: a client that never prepares one (and every
+    /// idle client's task holds this inline) carries one pointer, not the table's 88 bytes.
+    table: Option<Box<Table>>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    map: HashMap<Bytes, Arc<Kept>>,
     /// Statements replaced by a Parse whose outcome is not known yet: restored if it fails.
     /// `None`: what it replaced turned out never to have been made (its own Parse failed).
     replaced: Vec<(u64, Option<Arc<Kept>>)>,
@@ -61,7 +68,11 @@ const MAX_REJECTED: usize = 1024;
 
 impl ClientStatements {
     pub fn get(&self, name: &[u8]) -> Option<&Arc<Kept>> {
-        self.map.get(name)
+        self.table.as_ref()?.map.get(name)
+    }
+
+    fn table(&mut self) -> &mut Table {
+        self.table.get_or_insert_with(Default::default)
     }
 
     /// The id the next statement will get: statements below it were made before now.
@@ -98,23 +109,74 @@ impl ClientStatements {
             signal,
             unseen,
         });
-        if let Some(old) = self.map.insert(name, kept.clone()) {
-            self.replaced.push((id, Some(old)));
+        let t = self.table();
+        if let Some(old) = t.map.insert(name, kept.clone()) {
+            t.replaced.push((id, Some(old)));
         }
         kept
     }
 
     /// The server accepted statement `id`'s Parse.
     pub fn confirm(&mut self, name: &[u8], id: u64) {
-        if let Some(k) = self.map.get(name).filter(|k| k.id == id) {
+        let Some(t) = self.table.as_mut() else {
+            return;
+        };
+        if let Some(k) = t.map.get(name).filter(|k| k.id == id) {
             k.confirmed.store(true, Ordering::Relaxed);
         }
-        self.replaced.retain(|(by, _)| *by != id);
+        t.replaced.retain(|(by, _)| *by != id);
     }
 
     /// The server rejected (or skipped) statement `id`'s Parse: forget it, bringing back the
     /// statement it replaced, which the server still has. Returns that statement.
     pub fn reject(&mut self, name: &[u8], id: u64) -> Option<Arc<Kept>> {
+        self.table().reject(name, id)
+    }
+
+    pub fn remove(&mut self, name: &[u8]) -> Option<Arc<Kept>> {
+        self.table.as_mut()?.map.remove(name)
+    }
+
+    /// Forgets that statement `id`'s Parse failed (its Close ran: nothing can bring it back).
+    pub fn forget_rejected(&mut self, id: u64) {
+        if let Some(t) = self.table.as_mut() {
+            t.rejected.retain(|(r, _)| *r != id);
+        }
+    }
+
+    /// Whether statement `id`'s Parse failed (or was skipped) after the client closed it.
+    pub fn is_rejected(&self, id: u64) -> bool {
+        self.table
+            .as_ref()
+            .is_some_and(|t| t.rejected.iter().any(|(r, _)| *r == id))
+    }
+
+    /// Puts back a statement whose Close the server skipped, unless the name was reused.
+    pub fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
+        self.table().restore(name, kept)
+    }
+
+    /// Forgets statements made before `before` (a DEALLOCATE ALL or DISCARD ALL ran).
+    pub fn drop_older_than(&mut self, before: u64) {
+        if let Some(t) = self.table.as_mut() {
+            t.map.retain(|_, k| k.id >= before);
+            t.replaced.retain(|(by, _)| *by >= before);
+            t.rejected.retain(|(id, _)| *id >= before);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.as_ref().map_or(0, |t| t.map.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Table {
+    /// See [`ClientStatements::reject`].
+    fn reject(&mut self, name: &[u8], id: u64) -> Option<Arc<Kept>> {
         let old = self
             .replaced
             .iter()
@@ -146,22 +208,8 @@ impl ClientStatements {
         old
     }
 
-    pub fn remove(&mut self, name: &[u8]) -> Option<Arc<Kept>> {
-        self.map.remove(name)
-    }
-
-    /// Forgets that statement `id`'s Parse failed (its Close ran: nothing can bring it back).
-    pub fn forget_rejected(&mut self, id: u64) {
-        self.rejected.retain(|(r, _)| *r != id);
-    }
-
-    /// Whether statement `id`'s Parse failed (or was skipped) after the client closed it.
-    pub fn is_rejected(&self, id: u64) -> bool {
-        self.rejected.iter().any(|(r, _)| *r == id)
-    }
-
-    /// Puts back a statement whose Close the server skipped, unless the name was reused.
-    pub fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
+    /// See [`ClientStatements::restore`].
+    fn restore(&mut self, name: &[u8], kept: Arc<Kept>) {
         let kept = match self.rejected.iter().position(|(id, _)| *id == kept.id) {
             // Its Parse failed: what the name held before it is what the server still has.
             Some(i) => match self.rejected.swap_remove(i).1 {
@@ -192,21 +240,6 @@ impl ClientStatements {
                 }
             }
         }
-    }
-
-    /// Forgets statements made before `before` (a DEALLOCATE ALL or DISCARD ALL ran).
-    pub fn drop_older_than(&mut self, before: u64) {
-        self.map.retain(|_, k| k.id >= before);
-        self.replaced.retain(|(by, _)| *by >= before);
-        self.rejected.retain(|(id, _)| *id >= before);
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 }
 
