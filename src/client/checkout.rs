@@ -15,7 +15,6 @@ use super::session::Session;
 use super::timer::Timer;
 use super::wait::reading_client;
 use crate::pool::CloseReason;
-use crate::relay::Policy;
 use crate::server::Server;
 
 /// What [`Session::acquire_now`] leaves for the waiting path.
@@ -143,13 +142,12 @@ impl Session<'_> {
     /// Starts holding a server taken (and synced) at `now`, under the pool's policy now (a
     /// reloaded mode or setting applies from this transaction on).
     fn hold(&mut self, mut conn: Server, now: Instant) {
-        // The pool's mode: a `users:` entry or a `databases:` alias may set its own.
-        let rule = self.pool.policy_inputs();
-        let generation = self.shared.config.generation() as u32;
-        let policy = self.relay.policy();
-        let fresh = (self.policy_generation != generation || policy.rule() != rule).then(|| {
+        // The pool publishes its policy (a `users:` entry or a `databases:` alias may set its
+        // own mode); read again only when it changed.
+        let fresh = (self.pool.policy_generation() != self.policy_generation).then(|| {
+            let (generation, policy) = self.pool.policy();
             self.policy_generation = generation;
-            Policy::of(&self.shared.config.load(), rule)
+            policy
         });
         self.relay
             .hold(&mut conn.state, fresh, now, self.pool.orphans());

@@ -9,16 +9,18 @@ use bytes::BytesMut;
 use super::session::Session;
 use crate::pool::CloseReason;
 use crate::protocol::{backend, frame};
+use crate::relay::{Event, Input};
 
 impl Session<'_> {
     /// Whether the read `r` of the held server is its end at a boundary: the client idle
     /// outside a transaction with nothing owed or buffered, and the server closed, failed,
     /// or sent a FATAL (PostgreSQL closes right after one).
+    #[inline(always)]
     pub(super) fn idle_server_left(&self, r: &std::io::Result<usize>) -> bool {
         let Some(srv) = self.server.as_ref() else {
             return false;
         };
-        if !self.relay.quiet(&srv.state) {
+        if !self.relay.stand(Some(&srv.state)).quiet() {
             return false;
         }
         match r {
@@ -31,12 +33,17 @@ impl Session<'_> {
     /// subscriptions still to make ([`Session::follow_pin`]).
     #[cold]
     pub(super) fn lose_idle_server(&mut self) -> Option<Vec<crate::relay::Subscribe>> {
-        let conn = self.server.take()?;
-        self.relay.lose_idle_server(&conn.state);
+        let mut conn = self.server.take()?;
+        let mut wire = Session::wire(self.client, &self.shared.cancels);
+        self.relay
+            .handle(Some(&mut conn.state), Input::ServerLeft, &mut wire);
         self.cancel.clear();
         self.pool.discard(conn, CloseReason::Unusable);
-        let change = self.relay.take_pin_change()?;
-        self.follow_pin(change)
+        // The pin, whose state went with the server, ended.
+        match self.relay.poll(None, &mut wire) {
+            Some(Event::Pin(change)) => self.follow_pin(change),
+            _ => None,
+        }
     }
 }
 

@@ -23,8 +23,8 @@ use crate::net::ClientStream;
 use crate::pool::{Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{
-    subscribe, Io, Keep, Kind, Next, Peer, PinChange, Policy, Relay, Subscribe, Subscriptions,
-    TimedOut,
+    subscribe, Event, Input, Io, Keep, Kind, Next, Peer, PinChange, Relay, Subscribe,
+    Subscriptions, TimedOut,
 };
 use crate::server::Server;
 use crate::shared::Shared;
@@ -35,7 +35,8 @@ pub(super) enum Flow {
     Quit,
 }
 
-enum Event {
+/// What woke the session ([`Session::next_event`]).
+enum Woken {
     Client(std::io::Result<usize>),
     Server(std::io::Result<usize>),
     Abort,
@@ -110,8 +111,8 @@ pub struct Session<'a> {
     client_first: bool,
     /// The pooler's timeouts' timer, when one is on.
     pub(super) timer: Option<Box<Timer>>,
-    /// The configuration generation the relay's policy was made from (its low bits): the
-    /// policy is made again only after a reload or a change of the pool's mode.
+    /// The generation of the pool's policy the relay's was read at
+    /// ([`Pool::policy_generation`]): read again only once the pool's changes.
     pub(super) policy_generation: u32,
     /// `client.warm_sessions` when this client logged in (at most 65,535 here: 16 bits fit
     /// beside the fields above, and the idle client's task stays in its allocation class).
@@ -142,9 +143,8 @@ impl Drop for Session<'_> {
 
 impl<'a> Session<'a> {
     pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
-        let generation = shared.config.generation();
         let cfg = shared.config.load();
-        let policy = Policy::of(&cfg, login.pool.policy_inputs());
+        let (generation, policy) = login.pool.policy();
         let relay = Relay::new(
             login.id,
             login.params,
@@ -164,7 +164,7 @@ impl<'a> Session<'a> {
             warm_limit: u16::try_from(cfg.client.warm_sessions).unwrap_or(u16::MAX),
             client_first: false,
             timer: None,
-            policy_generation: generation as u32,
+            policy_generation: generation,
             inbox: None,
             shared,
         }
@@ -204,7 +204,7 @@ impl<'a> Session<'a> {
     /// Alternates between a small idle wait and boxed rounds of work, so an idle client
     /// carries no buffers and no large future.
     async fn relay_loop(&mut self) -> Result<(), ClientError> {
-        if self.relay.client_pending() > 0 && Box::pin(self.on_client()).await? == Flow::Quit {
+        if self.relay.stand(None).pending() && Box::pin(self.on_client()).await? == Flow::Quit {
             return Ok(());
         }
         // One registration for the session's life, kept inline (no allocation).
@@ -213,7 +213,7 @@ impl<'a> Session<'a> {
         // A kill before the watch was made is seen here, later ones by the watch.
         self.check_killed()?;
         loop {
-            if self.server.is_none() && self.relay.client_pending() == 0 {
+            if self.idle() {
                 match self.idle_timeout() {
                     None => self.wait_readable(close.as_mut()).await?,
                     Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
@@ -238,7 +238,7 @@ impl<'a> Session<'a> {
             if flow == Flow::Quit || self.warm.slot.is_none() {
                 return Ok(flow);
             }
-            if self.server.is_none() && self.relay.client_pending() == 0 {
+            if self.idle() {
                 match self.idle_timeout() {
                     None => self.wait_readable(close.as_mut()).await?,
                     Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
@@ -320,7 +320,7 @@ impl<'a> Session<'a> {
     async fn round(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Result<Flow, ClientError> {
         loop {
             match self.next_event(abort.as_mut()).await {
-                Event::Client(r) => {
+                Woken::Client(r) => {
                     let n = r?;
                     self.shared.metrics.clients.bytes_in.inc_by(n as u64);
                     let cbuf = self.relay.client_in();
@@ -332,49 +332,52 @@ impl<'a> Session<'a> {
                         self.client_streams().await;
                     }
                 }
-                Event::Server(r) if self.idle_server_left(&r) => {
+                Woken::Server(r) if self.idle_server_left(&r) => {
                     if let Some(due) = self.lose_idle_server() {
                         Box::pin(self.follow_subscriptions(due)).await;
                     }
                 }
-                Event::Server(r) => match r {
+                Woken::Server(r) => match r {
                     Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
                     Err(e) => return Err(ClientError::ServerLost(e.into())),
                     Ok(_) => {
                         self.on_server().await?;
-                        let boundary = self
-                            .server
-                            .as_ref()
-                            .is_some_and(|s| self.relay.at_session_boundary(&s.state));
-                        if boundary && self.shared.lifecycle.client_shutdown().is_closing() {
+                        let stand = self.relay.stand(self.server.as_ref().map(|s| &s.state));
+                        if stand.boundary() && self.shared.lifecycle.client_shutdown().is_closing()
+                        {
                             return Err(ClientError::Shutdown { forced: false });
                         }
                         // Statement mode, a full reply queue or a wait for the server's copy
                         // state may have held client messages back until now.
-                        if self.relay.client_pending() > 0 && self.on_client().await? == Flow::Quit
-                        {
+                        if stand.pending() && self.on_client().await? == Flow::Quit {
                             return Ok(Flow::Quit);
                         }
                     }
                 },
-                Event::Abort if self.shared.lifecycle.client_shutdown().is_aborted() => {
+                Woken::Abort if self.shared.lifecycle.client_shutdown().is_aborted() => {
                     return Err(ClientError::Shutdown { forced: true })
                 }
-                Event::Abort => {
+                Woken::Abort => {
                     // Kicked: the console killed a client, maybe this one.
                     abort.as_mut().rearm();
                     self.check_killed()?;
                 }
-                Event::Timeout(kind) => self.timed_out(kind)?,
-                Event::Notification => {
+                Woken::Timeout(kind) => self.timed_out(kind)?,
+                Woken::Notification => {
                     self.deliver_notifications();
                     self.flush_client().await?;
                 }
             }
-            if self.server.is_none() && self.relay.client_pending() == 0 {
+            if self.idle() {
                 return Ok(Flow::Continue);
             }
         }
+    }
+
+    /// The client holds no server and the machine has none of its bytes left to handle.
+    #[inline(always)]
+    fn idle(&self) -> bool {
+        self.server.is_none() && !self.relay.stand(None).pending()
     }
 
     /// The client's read filled the buffer: it may be streaming (a pipeline, COPY data, a large
@@ -408,21 +411,18 @@ impl<'a> Session<'a> {
 
     /// The next thing to handle: the abort, the server's reply or the client's request. Polled
     /// by hand (no `select!` and no nested read futures): this runs twice per round trip.
-    async fn next_event(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Event {
+    async fn next_event(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Woken {
         // A client whose buffered messages cannot be handled yet is not read: it is pushed
         // back through its socket instead of buffered.
-        let read_client = self.relay.wants_client();
+        let stand = self.relay.stand(self.server.as_ref().map(|s| &s.state));
+        let read_client = stand.read_client();
         let due = match (&self.timer, &self.server) {
             (Some(_), Some(srv)) => self.relay.deadline(&srv.state),
             _ => None,
         };
         let mut timer = self.timer.as_deref_mut();
         // Between requests (a pinned client's server idle) a notification may go out.
-        let mut inbox = self.inbox.as_deref_mut().filter(|_| {
-            self.server
-                .as_ref()
-                .map_or(true, |s| self.relay.quiet(&s.state))
-        });
+        let mut inbox = self.inbox.as_deref_mut().filter(|_| stand.quiet());
         let client = &mut *self.client;
         let buffer = self.relay.policy().buffer();
         let cbuf = self.relay.client_in();
@@ -440,32 +440,32 @@ impl<'a> Session<'a> {
         std::future::poll_fn(|cx| {
             // Checked first: a cheap flag, and a busy socket must not hide it.
             if abort.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Abort);
+                return Poll::Ready(Woken::Abort);
             }
             if let Some(t) = timer.as_mut() {
                 if let Poll::Ready(kind) = t.poll_due(due, cx) {
-                    return Poll::Ready(Event::Timeout(kind));
+                    return Poll::Ready(Woken::Timeout(kind));
                 }
             }
             if let Some(Poll::Ready(())) = inbox.as_mut().map(|i| i.poll_ready(cx)) {
-                return Poll::Ready(Event::Notification);
+                return Poll::Ready(Woken::Notification);
             }
             let Some((stream, rbuf)) = server.as_mut() else {
-                return poll_read_some(client, cbuf, cx).map(Event::Client);
+                return poll_read_some(client, cbuf, cx).map(Woken::Client);
             };
             if client_first && read_client {
                 if let Poll::Ready(r) = poll_read_some(client, cbuf, cx) {
-                    return Poll::Ready(Event::Client(r));
+                    return Poll::Ready(Woken::Client(r));
                 }
-                poll_read_buf(Pin::new(&mut **stream), cx, *rbuf).map(Event::Server)
+                poll_read_buf(Pin::new(&mut **stream), cx, *rbuf).map(Woken::Server)
             } else {
                 if let Poll::Ready(r) = poll_read_buf(Pin::new(&mut **stream), cx, *rbuf) {
-                    return Poll::Ready(Event::Server(r));
+                    return Poll::Ready(Woken::Server(r));
                 }
                 if !read_client {
                     return Poll::Pending;
                 }
-                poll_read_some(client, cbuf, cx).map(Event::Client)
+                poll_read_some(client, cbuf, cx).map(Woken::Client)
             }
         })
         .await
@@ -512,6 +512,18 @@ impl<'a> Session<'a> {
         }
         self.finish_round().await?;
         Ok(Flow::Continue)
+    }
+
+    /// Tells the machine `input`, holding the server it holds (if any); returns what the
+    /// machine asks at once.
+    #[cold]
+    pub(super) fn tell(&mut self, input: Input<'_>) -> Option<Event> {
+        let srv = self.server.as_mut().map(|s| &mut s.state);
+        let mut wire = Wire {
+            client: &mut *self.client,
+            cancels: &self.shared.cancels,
+        };
+        self.relay.handle(srv, input, &mut wire)
     }
 
     /// Feeds what the server sent to the relay, then ends the round.
@@ -576,41 +588,36 @@ impl<'a> Session<'a> {
     /// cold.
     #[inline(always)]
     fn maybe_release(&mut self) -> Option<Box<RareEnd>> {
-        let due = match self.relay.take_pin_change() {
-            Some(change) => self.follow_pin(change),
-            None => None,
-        };
-        let notified = self.release_if_over() && self.inbox.is_some();
+        let mut due = None;
+        let mut notified = false;
+        loop {
+            let srv = self.server.as_ref().map(|s| &s.state);
+            let mut wire = Wire {
+                client: &mut *self.client,
+                cancels: &self.shared.cancels,
+            };
+            match self.relay.poll(srv, &mut wire) {
+                None => break,
+                Some(Event::Pin(change)) => due = self.follow_pin(change),
+                Some(Event::Release(released)) => {
+                    if let Some(mut conn) = self.server.take() {
+                        self.cancel.clear();
+                        conn.state.trim_buffers();
+                        self.pool.checkin_at(conn, released.at);
+                    }
+                    // A listening client's transaction mentioned `notify`
+                    // ([`crate::relay::Released::notified`]).
+                    notified = released.notified && self.inbox.is_some();
+                    break;
+                }
+                // Only `handle` answers with it.
+                Some(Event::TimedOut(_)) => break,
+            }
+        }
         if !notified && due.is_none() {
             return None;
         }
         Some(Box::new(RareEnd { notified, due }))
-    }
-
-    /// Gives the server back if the relay says the transaction is over; returns whether it
-    /// did and a listening client's transaction mentioned `notify`
-    /// ([`crate::relay::Released::notified`]).
-    #[inline(always)]
-    fn release_if_over(&mut self) -> bool {
-        let Some(conn) = self.server.as_ref() else {
-            return false;
-        };
-        let Some(released) = self.relay.release(
-            &conn.state,
-            &mut Wire {
-                client: &mut *self.client,
-                cancels: &self.shared.cancels,
-            },
-        ) else {
-            return false;
-        };
-        let Some(mut conn) = self.server.take() else {
-            return false;
-        };
-        self.cancel.clear();
-        conn.state.trim_buffers();
-        self.pool.checkin_at(conn, released.at);
-        released.notified
     }
 
     /// The committed subscriptions, then the wait for a listening client's own notification
@@ -656,7 +663,15 @@ impl<'a> Session<'a> {
             self.subscribe_now(&subs).await
         };
         let srv = self.server.as_mut().map(|s| &mut s.state);
-        self.relay.subscribed(srv, &subs, results);
+        let mut wire = Wire {
+            client: &mut *self.client,
+            cancels: &self.shared.cancels,
+        };
+        let subscribed = Input::Subscribed {
+            subs: &subs,
+            results,
+        };
+        self.relay.handle(srv, subscribed, &mut wire);
     }
 
     /// In a block: each `LISTEN` is made when it comes (a rollback ends it again, so the
@@ -749,7 +764,8 @@ impl<'a> Session<'a> {
         if res.is_ok() {
             inbox.note(true, Some(channel));
         }
-        self.relay.set_listening(!inbox.channels().is_empty());
+        let on = !inbox.channels().is_empty();
+        self.tell(Input::Listening(on));
         res.map(|()| !already)
     }
 
@@ -759,7 +775,8 @@ impl<'a> Session<'a> {
         if let Some(inbox) = self.inbox.as_deref_mut() {
             self.pool.unlisten(id, channel);
             inbox.note(false, channel);
-            self.relay.set_listening(!inbox.channels().is_empty());
+            let on = !inbox.channels().is_empty();
+            self.tell(Input::Listening(on));
         }
     }
 
@@ -788,7 +805,7 @@ impl<'a> Session<'a> {
                             detail: None,
                             hint: None,
                         };
-                        self.relay.before_ready(|out| out.notice(&fields));
+                        self.tell(Input::Notice(&fields));
                     }
                 }
                 Subscribe::Unlisten(channel) => self.unlisten(channel.as_deref()),
@@ -826,7 +843,7 @@ impl<'a> Session<'a> {
             .as_ref()
             .is_some_and(|s| s.state.replies.is_empty());
         if let Some(inbox) = self.inbox.as_deref_mut().filter(|i| i.fresh_open()) {
-            if quiet && self.relay.in_block() {
+            if quiet && self.relay.stand(None).in_block() {
                 inbox.client_spoke();
             }
         }
@@ -845,16 +862,16 @@ impl<'a> Session<'a> {
             client: &mut *self.client,
             cancels: &self.shared.cancels,
         };
-        // Before the ReadyForQuery that ends the client's transaction, where PostgreSQL puts
-        // a transaction's own notifications.
-        self.relay.before_ready(|out| {
-            while let Some(item) = inbox.try_recv() {
-                let note = item.as_deref().filter(|n| inbox.hears(n));
-                if note.is_some() || item.is_none() {
-                    out.notify(note, inbox.take_lost(), &mut wire);
-                }
+        // The machine puts each before the ReadyForQuery that ends the client's transaction,
+        // where PostgreSQL puts a transaction's own notifications.
+        while let Some(item) = inbox.try_recv() {
+            let note = item.as_deref().filter(|n| inbox.hears(n));
+            if note.is_some() || item.is_none() {
+                let lost = inbox.take_lost();
+                let input = Input::Notification { note, lost };
+                self.relay.handle(None, input, &mut wire);
             }
-        });
+        }
     }
 
     /// The client was pinned or unpinned: SHOW CLIENTS and the pool's pinned gauge follow;
@@ -868,7 +885,7 @@ impl<'a> Session<'a> {
             if let Some(inbox) = self.inbox.as_deref_mut() {
                 self.pool.unlisten(self.relay.id(), None);
                 inbox.note(false, None);
-                self.relay.set_listening(false);
+                self.tell(Input::Listening(false));
             }
         }
         let subs = change.subscriptions;
@@ -896,9 +913,8 @@ impl<'a> Session<'a> {
     /// A timeout fired: a query is cancelled (the session goes on); an idle or too long
     /// transaction ends the session, its server closed (PostgreSQL rolls it back).
     fn timed_out(&mut self, kind: Kind) -> Result<(), ClientError> {
-        let srv = self.server.as_ref().map(|s| &s.state);
-        match self.relay.timed_out(kind, srv) {
-            TimedOut::CancelQuery => {
+        match self.tell(Input::Timeout(kind)) {
+            Some(Event::TimedOut(TimedOut::CancelQuery)) => {
                 tracing::info!(
                     client = self.relay.id(),
                     "query_timeout: cancelling the running query"
@@ -906,11 +922,11 @@ impl<'a> Session<'a> {
                 self.cancel.cancel_now(self.shared.cancel_sender());
                 Ok(())
             }
-            TimedOut::Close {
+            Some(Event::TimedOut(TimedOut::Close {
                 code,
                 message,
                 cancel_running,
-            } => {
+            })) => {
                 tracing::info!(
                     client = self.relay.id(),
                     timeout = kind.label(),
@@ -924,6 +940,8 @@ impl<'a> Session<'a> {
                     message: message.into(),
                 })
             }
+            // A timeout is always answered.
+            _ => Ok(()),
         }
     }
 
@@ -953,7 +971,10 @@ impl<'a> Session<'a> {
             ));
             fields.hint = Some("retry after that delay; the pooler retries for you".into());
         }
-        self.relay.refuse(tag, &fields);
+        self.tell(Input::Refused {
+            tag,
+            fields: &fields,
+        });
         Ok(())
     }
 

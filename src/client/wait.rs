@@ -38,7 +38,7 @@ fn read_meanwhile(
     relay: &mut Relay,
     cx: &mut Context<'_>,
 ) -> Poll<ClientError> {
-    while relay.client_has_room() {
+    while relay.stand(None).room() {
         match ready!(poll_read_some(client, relay.client_in(), cx)) {
             Ok(0) => return Poll::Ready(ClientError::Gone),
             Ok(_) => {}

@@ -5,6 +5,7 @@ mod admin;
 mod auth;
 mod cli;
 mod failover;
+pub mod policy;
 mod secret;
 mod shared_pooler;
 mod tls;

@@ -223,9 +223,9 @@ struct PoolInner {
     user: String,
     /// The auth_query lookup pool (its mode label is `lookup`).
     lookup: bool,
-    /// `settings.mode` (low four bits) and `settings.session_state` (high four), readable
-    /// per transaction without the settings lock.
-    pool_mode: std::sync::atomic::AtomicU8,
+    /// Counts the changes of `settings.policy`: a checkout compares it with the one its
+    /// client's policy was read at (one load per transaction, no lock).
+    policy_generation: std::sync::atomic::AtomicU32,
     /// `shutdown` has fired, as the maintenance task saw it (set before it closes the idle
     /// servers): one atomic load per checkin, where the token's own check takes a lock.
     closing: std::sync::atomic::AtomicBool,
@@ -258,7 +258,7 @@ impl Pool {
                 capacity: capacity::Capacity::new(settings.size),
                 reserve: capacity::Capacity::new(settings.reserve_size),
                 target,
-                pool_mode: std::sync::atomic::AtomicU8::new(policy_byte(&settings)),
+                policy_generation: std::sync::atomic::AtomicU32::new(1),
                 settings: Mutex::new(settings),
                 state: Mutex::new(PoolState::new(route, limits.len())),
                 limits,
@@ -314,30 +314,24 @@ impl Pool {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pooling mode in force (read per transaction: no lock).
-    pub fn mode(&self) -> crate::config::PoolMode {
-        self.policy_inputs().mode
+    /// The policy the pool's transactions run under now, and its generation
+    /// ([`Pool::policy_generation`]): the one place a client's policy comes from.
+    pub fn policy(&self) -> (u32, crate::config::policy::Policy) {
+        let s = self
+            .inner
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Read under the lock `update` bumps it under: the pair is consistent.
+        let generation = self.inner.policy_generation.load(Ordering::Relaxed);
+        (generation, s.policy)
     }
 
-    /// The pool's mode and `pool.session_state`, with one atomic load (every checkout).
-    pub fn policy_inputs(&self) -> crate::config::PoolRule {
-        use crate::config::{PoolMode, PoolRule, SessionState};
-        let b = self.inner.pool_mode.load(Ordering::Relaxed);
-        let mode = match b & 0x0f {
-            m if m == PoolMode::Session as u8 => PoolMode::Session,
-            m if m == PoolMode::Statement as u8 => PoolMode::Statement,
-            _ => PoolMode::Transaction,
-        };
-        let state = match (b >> 4) & 0x07 {
-            s if s == SessionState::Pin as u8 => SessionState::Pin,
-            s if s == SessionState::Track as u8 => SessionState::Track,
-            _ => SessionState::Off,
-        };
-        PoolRule {
-            mode,
-            session_state: state,
-            reset_always: b & 0x80 != 0,
-        }
+    /// Which policy is in force: it changes whenever [`Pool::policy`] would return another
+    /// (one atomic load, every checkout).
+    #[inline]
+    pub fn policy_generation(&self) -> u32 {
+        self.inner.policy_generation.load(Ordering::Relaxed)
     }
 
     /// The settings in force.
@@ -358,9 +352,9 @@ impl Pool {
                 .settings
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            self.inner
-                .pool_mode
-                .store(policy_byte(&new), Ordering::Relaxed);
+            if new.policy != s.policy {
+                self.inner.policy_generation.fetch_add(1, Ordering::Relaxed);
+            }
             std::mem::replace(&mut *s, new)
         };
         if new.size != old.size {
@@ -1004,14 +998,6 @@ impl Drop for PoolClient {
             }
         }
     }
-}
-
-/// The pool's mode (low four bits), session-state setting (the next three) and
-/// `reset_query_always` (the top bit) packed in one byte ([`Pool::policy_inputs`]).
-fn policy_byte(s: &PoolSettings) -> u8 {
-    (s.mode as u8 & 0x0f)
-        | ((s.session_state as u8 & 0x07) << 4)
-        | (u8::from(s.reset_query_always) << 7)
 }
 
 /// Says goodbye to a server politely; it is closed either way when dropped.

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use super::PoolKey;
+use crate::config::policy::Policy;
 use crate::config::{
-    Config, HostAddr, LoadBalanceHosts, PoolMode, SessionState, TargetSessionAttrs,
+    Config, HostAddr, LoadBalanceHosts, PoolMode, PoolRule, SessionState, TargetSessionAttrs,
 };
 
 /// Settings a pool reads; resolved when the pool is made and again at each reload.
@@ -35,6 +36,9 @@ pub struct PoolSettings {
     pub reserve_timeout: Duration,
     /// A server idle this long is checked before reuse; `None`: no check query.
     pub check_delay: Option<Duration>,
+    /// What the pool's transactions run under, made from the settings above and the
+    /// configuration ([`PoolSettings::with_policy`]); the pool publishes it to its clients.
+    pub policy: Policy,
 }
 
 impl PoolSettings {
@@ -58,7 +62,27 @@ impl PoolSettings {
             reserve_size: cfg.pool.reserve_size,
             reserve_timeout: cfg.pool.reserve_timeout,
             check_delay: (!cfg.server.check_query.is_empty()).then_some(cfg.server.check_delay),
+            policy: Policy::of(
+                cfg,
+                PoolRule {
+                    mode: cfg.pool.mode,
+                    session_state: cfg.pool.session_state,
+                    reset_always: cfg.pool.reset_query_always,
+                },
+            ),
         }
+    }
+
+    /// The settings with their policy made again from the mode, `pool.session_state` and
+    /// `pool.reset_query_always` they hold now (an alias's or a user's).
+    fn with_policy(mut self, cfg: &Config) -> Self {
+        let rule = PoolRule {
+            mode: self.mode,
+            session_state: self.session_state,
+            reset_always: self.reset_query_always,
+        };
+        self.policy = Policy::of(cfg, rule);
+        self
     }
 
     /// The settings of the pool for `key`.
@@ -114,6 +138,7 @@ pub fn resolve(cfg: &Config, key: &PoolKey) -> Resolved {
         settings.session_state = u.session_state.unwrap_or(settings.session_state);
         settings.reset_query_always = u.reset_query_always.unwrap_or(settings.reset_query_always);
     }
+    let settings = settings.with_policy(cfg);
     let s = &cfg.server;
     let route = RouteSpec {
         dbname: alias
@@ -213,6 +238,16 @@ mod tests {
             "the user's size over the alias's"
         );
         assert_eq!(user_first.settings.mode, PoolMode::Statement);
+        // The policy the pool publishes is made from what was resolved, not the defaults.
+        let policy = user_first.settings.policy;
+        assert_eq!(policy.mode, PoolMode::Statement);
+        assert!(policy.reset_always);
+        assert_eq!(
+            policy.session_state,
+            crate::config::policy::StateRule::Refuse
+        );
+        assert_eq!(ro.settings.policy.mode, PoolMode::Session);
+        assert_eq!(app.settings.policy.mode, PoolMode::Transaction);
         let other = resolve(&cfg, &key("other"));
         assert_eq!(other.route.dbname, "other");
         assert_eq!(other.settings, PoolSettings::from_config(&cfg));

@@ -136,3 +136,32 @@ async fn sweep_answers_each_waiter_at_its_deadline() {
     assert_eq!(at - started, Duration::from_secs(10));
     assert_eq!(pool.snapshot().clients_waiting, 0);
 }
+
+/// The pool publishes its policy with a generation: a reload that changes what a client's
+/// transactions run under (here the mode) is read by the next checkout; one that changes
+/// nothing of it (here the wait) leaves the generation, so no client reads it again.
+#[tokio::test(start_paused = true)]
+async fn the_pool_publishes_its_policy_by_generation() {
+    use crate::config::PoolMode;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let pool = stuck_pool(&listener, 1);
+    let (first, policy) = pool.policy();
+    assert_eq!(policy.mode, PoolMode::Transaction);
+    assert_eq!(pool.policy_generation(), first);
+    pool.update(PoolSettings {
+        query_wait_timeout: Duration::from_secs(5),
+        ..pool.settings()
+    });
+    assert_eq!(pool.policy_generation(), first, "the policy did not change");
+    let mut cfg = Config::default();
+    cfg.pool.size = 1;
+    cfg.pool.mode = PoolMode::Session;
+    pool.update(PoolSettings {
+        policy: PoolSettings::from_config(&cfg).policy,
+        ..pool.settings()
+    });
+    let (now, policy) = pool.policy();
+    assert_ne!(now, first, "a changed policy has a new generation");
+    assert_eq!(pool.policy_generation(), now);
+    assert_eq!(policy.mode, PoolMode::Session);
+}

@@ -256,7 +256,7 @@ impl Relay {
     /// The pool could not give the message in front (of type `tag`) a server: it is dropped
     /// and answered with `fields` (ERROR); after a simple Query a ReadyForQuery follows,
     /// otherwise the client's messages are skipped to its Sync.
-    pub fn refuse(&mut self, tag: u8, fields: &ErrorFields) {
+    pub(super) fn refuse(&mut self, tag: u8, fields: &ErrorFields) {
         self.client.plain_front = 0;
         self.kept_texts.take(KeptTexts::LEFT);
         if let Some((_, len)) = frame::peek_header(&self.client.cbuf) {
@@ -274,7 +274,7 @@ impl Relay {
 
     /// Whether the held server `srv` is between requests: it owes nothing, no transaction is
     /// open and the client has sent nothing more (a notification may go out now).
-    pub fn quiet(&self, srv: &ServerState) -> bool {
+    pub(super) fn quiet(&self, srv: &ServerState) -> bool {
         srv.replies.is_empty()
             && self.batch.status == backend::TX_IDLE
             && self.client.cbuf.is_empty()
@@ -401,7 +401,7 @@ impl Relay {
     }
 
     /// Whether the client's transaction block is open (not failed).
-    pub fn in_block(&self) -> bool {
+    pub(super) fn in_block(&self) -> bool {
         self.batch.status == backend::TX_IN_BLOCK
     }
 
@@ -412,7 +412,7 @@ impl Relay {
     /// make fails the block on `srv` (the client's server), as the statement failing
     /// directly would: the server's transaction is failed with that error, and the server's
     /// ReadyForQuery answers.
-    pub fn subscribed(
+    pub(super) fn subscribed(
         &mut self,
         srv: Option<&mut ServerState>,
         subs: &[Subscribe],
@@ -466,15 +466,10 @@ impl Relay {
         backend::ready_for_query(&mut self.client.cout, status);
     }
 
-    /// The client listens (or no longer does) through the pool's listening connection.
-    pub fn set_listening(&mut self, on: bool) {
-        self.client.listening = on;
-    }
-
     /// Runs `deliver`, which adds notifications and notices for the client, so that what it
     /// adds goes out before a ReadyForQuery that ends the client's output now: PostgreSQL
     /// delivers a transaction's own notifications before the ReadyForQuery that ends it.
-    pub fn before_ready(&mut self, deliver: impl FnOnce(&mut Deliver)) {
+    pub(super) fn before_ready(&mut self, deliver: impl FnOnce(&mut Deliver)) {
         let cout = &mut self.client.cout;
         let n = cout.len();
         let ready = n >= 6 && cout[n - 6..n - 1] == [backend::READY_FOR_QUERY_TAG, 0, 0, 0, 5];
@@ -591,7 +586,7 @@ impl Relay {
 
     /// Whether reading the client now could help: its buffer has room, or the message in
     /// front must be held whole and is not complete yet.
-    pub fn wants_client(&self) -> bool {
+    pub(super) fn wants_client(&self) -> bool {
         let cbuf = &self.client.cbuf;
         if cbuf.len() < self.policy.buffer() {
             return true;
@@ -801,20 +796,20 @@ fn mentions_notify(msg: &[u8]) -> bool {
 }
 
 /// What the driver may add for the client at a point [`Relay::before_ready`] chose.
-pub struct Deliver<'r> {
+pub(super) struct Deliver<'r> {
     cout: &'r mut BytesMut,
 }
 
 impl Deliver<'_> {
     /// A NoticeResponse of `fields`.
-    pub fn notice(&mut self, fields: &ErrorFields) {
+    pub(super) fn notice(&mut self, fields: &ErrorFields) {
         backend::notice_response(self.cout, fields);
     }
 
     /// A notification from the pool's listening connection, with its sender as the client
     /// knows it (`None`: the mark of a loss alone). `lost`: notifications meant for the
     /// client were dropped (it is warned first).
-    pub fn notify<I: Io>(&mut self, note: Option<&Note>, lost: bool, io: &mut I) {
+    pub(super) fn notify<I: Io>(&mut self, note: Option<&Note>, lost: bool, io: &mut I) {
         if lost {
             crate::listen::lost_notice(self.cout);
         }

@@ -3,7 +3,7 @@
 //! flight, skip-to-Sync, COPY, the plan-change retry, the release decision, the timeouts as
 //! deadlines) and works on the protocol state of the server it holds ([`ServerState`]).
 //! Bytes and the time go in; bytes for either side and what to do next come out ([`Next`],
-//! [`Relay::release`], [`Relay::deadline`]). No socket, no task, no await: the session
+//! [`Relay::poll`], [`Relay::deadline`]; the contract is in `contract`). No socket, no task, no await: the session
 //! task (`client::session`) does the I/O and the checkout around it, and the deterministic
 //! simulation (`sim`) drives it against a model PostgreSQL.
 //!
@@ -13,11 +13,11 @@
 
 mod cleanup;
 mod client;
+mod contract;
 mod direct;
 mod error;
 mod pass;
 mod pin;
-mod policy;
 mod replies;
 mod retry;
 mod settle;
@@ -30,11 +30,12 @@ mod track;
 mod tracking;
 
 pub use cleanup::{sync_query, synced};
-pub use client::Deliver;
+pub use contract::{Event, Input, Stand};
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PinChange, PIN_CHECK_SQL};
 
-pub use policy::{Policy, StateRule};
+/// The policy the machine works under, made by the configuration and published by the pool.
+pub use crate::config::policy::{Policy, StateRule};
 pub use timeouts::{Kind, TimedOut};
 pub use tracking::Departed;
 
@@ -113,7 +114,7 @@ pub enum Next {
     /// Everything that can be handled now is: write what is queued for either side.
     Done,
     /// The message in front (of type `tag`) needs a server: take one, [`Relay::hold`] it and
-    /// call again, or answer the pool's refusal with [`Relay::refuse`]. The server to take
+    /// call again, or answer the pool's refusal with [`Input::Refused`]. The server to take
     /// is not the backend `spare` names (the message signals it: `pg_terminate_backend`
     /// and the like).
     NeedServer {
@@ -126,7 +127,7 @@ pub enum Next {
     /// The client sent Terminate.
     Quit,
     /// `LISTEN`s/`UNLISTEN`s (`track`) no server runs: make them with the pool's listening
-    /// connection, answer with [`Relay::subscribed`], then call again.
+    /// connection, answer with [`Input::Subscribed`], then call again.
     Subscribe(Box<Subscriptions>),
     /// The message in front is a `DROP DATABASE` (or a rename, or a copy from a template) of
     /// this database, which PostgreSQL refuses while other sessions are connected there:
@@ -145,7 +146,7 @@ pub struct Subscriptions {
     pub in_block: bool,
 }
 
-/// A server given up at a transaction boundary ([`Relay::release`]).
+/// A server given up at a transaction boundary ([`Event::Release`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Released {
     /// The clock read the transaction's count used: the pool's check-in time.
@@ -381,14 +382,9 @@ impl Relay {
         &mut self.client.cbuf
     }
 
-    /// Whether the client buffer has room for another read (`client.buffer_size`): while the
-    /// driver waits for something else, it reads the client no further.
-    pub fn client_has_room(&self) -> bool {
-        self.client.cbuf.len() < self.policy.buffer()
-    }
-
-    /// Client bytes not handled yet.
-    pub fn client_pending(&self) -> usize {
+    /// Client bytes not handled yet (the simulation checks their bound).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn client_buffered(&self) -> usize {
         self.client.cbuf.len()
     }
 
@@ -511,7 +507,7 @@ impl Relay {
     /// Gives `srv` up if the transaction is over and `srv` owes nothing more (`None`: the
     /// client keeps it).
     #[inline]
-    pub fn release(&mut self, srv: &ServerState, io: &mut impl Io) -> Option<Released> {
+    fn release(&mut self, srv: &ServerState, io: &mut impl Io) -> Option<Released> {
         if !self.release_ready(srv) {
             return None;
         }
@@ -526,7 +522,7 @@ impl Relay {
     /// The held server `srv` left (its FATAL unread, or its close) while the client sat at a
     /// transaction boundary with nothing in flight: the client keeps its session and takes
     /// another server for its next transaction; a pin, whose state went with `srv`, ends.
-    pub fn lose_idle_server(&mut self, srv: &ServerState) {
+    fn lose_idle_server(&mut self, srv: &ServerState) {
         self.events.client_released_server(self.id, srv.id);
         self.batch.server_fatal = false;
         self.batch.release_due = false;
@@ -582,7 +578,7 @@ impl Relay {
     }
 
     /// Session mode's transaction boundary: idle, outside a transaction, nothing owed.
-    pub fn at_session_boundary(&self, srv: &ServerState) -> bool {
+    fn at_session_boundary(&self, srv: &ServerState) -> bool {
         self.policy.is_session()
             && self.batch.status == backend::TX_IDLE
             && srv.replies.is_empty()

@@ -583,7 +583,7 @@ impl Relay {
     /// anything did (the driver's SHOW CLIENTS, pinned gauge and listening connection follow
     /// it). One flag's test when nothing did.
     #[inline]
-    pub fn take_pin_change(&mut self) -> Option<PinChange> {
+    pub(super) fn take_pin_change(&mut self) -> Option<PinChange> {
         if self.client.pin.check & check::CHANGED == 0 {
             return None;
         }
@@ -603,7 +603,7 @@ impl Relay {
     }
 }
 
-/// A change of the client's pin or subscriptions ([`Relay::take_pin_change`]).
+/// A change of the client's pin or subscriptions ([`super::Event::Pin`]).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct PinChange {
     /// Why the client keeps its server now, if it does.

@@ -172,7 +172,7 @@ fn an_idle_client_keeps_no_login_buffer() {
         events,
     );
     assert!(
-        r.client_pending() > 0,
+        r.client_buffered() > 0,
         "bytes sent behind the startup packet are kept"
     );
 }

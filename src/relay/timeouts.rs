@@ -72,7 +72,7 @@ impl Relay {
 
     /// Timeout `kind` fired while the client holds `srv`: counted, and what the driver does
     /// is decided here.
-    pub fn timed_out(&mut self, kind: Kind, srv: Option<&ServerState>) -> TimedOut {
+    pub(super) fn timed_out(&mut self, kind: Kind, srv: Option<&ServerState>) -> TimedOut {
         self.metrics
             .clients
             .timeouts
@@ -105,7 +105,7 @@ impl Relay {
     }
 }
 
-/// What a fired timeout asks of the driver ([`Relay::timed_out`]).
+/// What a fired timeout asks of the driver ([`super::Event::TimedOut`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimedOut {
     /// Cancel the running query (the session goes on).

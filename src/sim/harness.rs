@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::params::{ClientParams, Params};
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Departed, Io, Keep, Leave, Next, Peer, Policy, Relay};
+use crate::relay::{Departed, Event, Input, Io, Keep, Leave, Next, Peer, Policy, Relay};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -535,8 +535,8 @@ impl<'p> Sim<'p> {
             }
             let room = match c.phase {
                 // Waiting for a server, the driver reads on while the buffer has room.
-                Phase::WaitingServer => c.relay.client_has_room(),
-                _ => c.relay.wants_client(),
+                Phase::WaitingServer => c.relay.stand(None).room(),
+                _ => c.relay.stand(None).read_client(),
             };
             if !c.outbox.is_empty() && room {
                 out.push(Action::ClientBytes(i));
@@ -644,25 +644,12 @@ impl<'p> Sim<'p> {
     /// task does (`client::session::Session::on_client`).
     fn drive_client(&mut self, c: usize) -> Result<(), Failure> {
         loop {
-            let next = {
-                let Sim {
-                    clients,
-                    servers,
-                    rng,
-                    clock,
-                    ..
-                } = self;
-                let cl = &mut clients[c];
-                let srv = cl.server.map(|s| &mut servers[s].state);
-                let mut io = SimIo {
-                    clock,
-                    rng,
-                    received: &mut cl.received,
-                };
-                cl.relay
-                    .on_client(srv, &mut io)
-                    .map_err(|e| fail(Some(c), format!("the relay ended the session: {e}")))?
-            };
+            let held = self.clients[c].server;
+            let next = self
+                .with_relay(c, |relay, servers, io| {
+                    relay.on_client(held.map(|s| &mut servers[s].state), io)
+                })
+                .map_err(|e| fail(Some(c), format!("the relay ended the session: {e}")))?;
             match next {
                 Next::Done => break,
                 Next::FlushServer => self.flush_server(c),
@@ -677,9 +664,11 @@ impl<'p> Sim<'p> {
                 Next::FreeDatabase(_) => {}
                 Next::Subscribe(batch) => {
                     let e = crate::relay::error_fields("0A000", "LISTEN is not modelled".into());
-                    self.clients[c]
-                        .relay
-                        .subscribed(None, &batch.subs, vec![Err(e)]);
+                    let input = Input::Subscribed {
+                        subs: &batch.subs,
+                        results: vec![Err(e)],
+                    };
+                    self.with_relay(c, |relay, _, io| relay.handle(None, input, io));
                 }
                 Next::NeedServer { .. } => {
                     if !self.take_server(c) {
@@ -695,24 +684,10 @@ impl<'p> Sim<'p> {
 
     /// Feeds what server `s` sent to its holder `c`'s relay.
     fn drive_server(&mut self, c: usize, s: usize) -> Result<(), Failure> {
-        {
-            let Sim {
-                clients,
-                servers,
-                rng,
-                clock,
-                ..
-            } = self;
-            let cl = &mut clients[c];
-            let mut io = SimIo {
-                clock,
-                rng,
-                received: &mut cl.received,
-            };
-            cl.relay
-                .on_server(&mut servers[s].state, &mut io)
-                .map_err(|e| fail(Some(c), format!("server fault: {e}")))?;
-        }
+        self.with_relay(c, |relay, servers, io| {
+            relay.on_server(&mut servers[s].state, io)
+        })
+        .map_err(|e| fail(Some(c), format!("server fault: {e}")))?;
         self.finish_round(c)?;
         if self.servers[s].model.is_closed()
             && self.servers[s].from_model.is_empty()
@@ -720,7 +695,7 @@ impl<'p> Sim<'p> {
         {
             return self.server_gone(c, s);
         }
-        if self.clients[c].relay.client_pending() > 0 && self.clients[c].phase == Phase::Running {
+        if self.clients[c].relay.stand(None).pending() && self.clients[c].phase == Phase::Running {
             return self.drive_client(c);
         }
         Ok(())
@@ -734,30 +709,41 @@ impl<'p> Sim<'p> {
         cl.phase = Phase::Done;
         self.note_departure(c);
         {
-            let Sim {
-                clients,
-                rng,
-                clock,
-                ..
-            } = self;
-            let cl = &mut clients[c];
-            let mut io = SimIo {
-                clock,
-                rng,
-                received: &mut cl.received,
-            };
-            if cl.relay.finish(None, &mut io, true).tell_server_lost {
+            let ending = self.with_relay(c, |relay, _, io| relay.finish(None, io, true));
+            if ending.tell_server_lost {
                 let mut e = crate::relay::error_fields(
                     sqlstate::CONNECTION_FAILURE,
                     "server connection lost".into(),
                 );
                 e.severity = "FATAL".into();
-                backend::error_response(&mut cl.received, &e);
+                backend::error_response(&mut self.clients[c].received, &e);
             }
         }
         // The pool discards the dead server: its slot is free for a new one.
         self.close_server(s);
         self.cut_frames(c)
+    }
+
+    /// Runs `f` on client `c`'s relay, with the servers and the simulation's I/O.
+    fn with_relay<R>(
+        &mut self,
+        c: usize,
+        f: impl FnOnce(&mut Relay, &mut [SimServer], &mut SimIo<'_>) -> R,
+    ) -> R {
+        let Sim {
+            clients,
+            servers,
+            rng,
+            clock,
+            ..
+        } = self;
+        let cl = &mut clients[c];
+        let mut io = SimIo {
+            clock,
+            rng,
+            received: &mut cl.received,
+        };
+        f(&mut cl.relay, servers, &mut io)
     }
 
     /// Writes what the relay queued for its server.
@@ -829,23 +815,19 @@ impl<'p> Sim<'p> {
         let Some(s) = self.clients[c].server else {
             return;
         };
-        let Sim {
-            clients,
-            servers,
-            rng,
-            clock,
-            ..
-        } = self;
-        let cl = &mut clients[c];
-        let mut io = SimIo {
-            clock,
-            rng,
-            received: &mut cl.received,
-        };
-        if cl.relay.release(&servers[s].state, &mut io).is_none() {
+        // As the session task does: a change of pin first (the model follows none), then
+        // the release.
+        let released = self.with_relay(c, |relay, servers, io| loop {
+            match relay.poll(Some(&servers[s].state), io) {
+                Some(Event::Release(_)) => break true,
+                Some(_) => {}
+                None => break false,
+            }
+        });
+        if !released {
             return;
         }
-        cl.server = None;
+        self.clients[c].server = None;
         if self.servers[s].state.rbuf.is_empty() {
             self.give_back(s);
         } else {
@@ -923,24 +905,11 @@ impl<'p> Sim<'p> {
     /// relay decides.
     fn end_session(&mut self, c: usize) {
         let server = self.clients[c].server.take();
-        let leave = {
-            let Sim {
-                clients,
-                servers,
-                rng,
-                clock,
-                ..
-            } = self;
-            let cl = &mut clients[c];
-            let mut io = SimIo {
-                clock,
-                rng,
-                received: &mut cl.received,
-            };
-            cl.relay
-                .finish(server.map(|s| &servers[s].state), &mut io, true)
+        let leave = self.with_relay(c, |relay, servers, io| {
+            relay
+                .finish(server.map(|s| &servers[s].state), io, true)
                 .leave
-        };
+        });
         self.clients[c].phase = Phase::Done;
         self.note_departure(c);
         if let Some(s) = server {
@@ -1054,7 +1023,7 @@ impl<'p> Sim<'p> {
         }
         for (i, cl) in self.clients.iter().enumerate() {
             let bound = cl.relay.policy().max_message() + cl.relay.policy().buffer();
-            if cl.relay.client_pending() > bound {
+            if cl.relay.client_buffered() > bound {
                 return Err(fail(Some(i), "client buffer past its bound"));
             }
             // What the client received must so far agree with the direct run.

@@ -1,10 +1,12 @@
-//! The pooling policy of one checkout, decided once when a server is taken and read by the
-//! machine wherever the mode or tracking matter (instead of `mode != Session && track` at each
-//! use): a reloaded setting reaches the client's next transaction.
+//! The pooling policy of a pool's transactions, made in one place from the configuration
+//! ([`Policy::of`], when a pool's settings are resolved at its creation and at each reload),
+//! published by the pool, and read by the relay wherever the mode or tracking matter
+//! (instead of `mode != Session && track` at each use): a reloaded setting reaches a client's
+//! next transaction.
 
 use std::time::Duration;
 
-use crate::config::{Config, PoolMode, PoolRule, SessionState};
+use super::{Config, PoolMode, PoolRule, SessionState};
 
 /// What the relay does with a statement that creates session state (a setting, SQL
 /// `PREPARE`, a temp table, ...).
@@ -36,8 +38,6 @@ pub struct Policy {
     pub tracking_configured: bool,
     /// What a statement that creates session state does.
     pub session_state: StateRule,
-    /// The `pool.session_state` it was made from (with `mode`, what a checkout compares).
-    pub session_setting: SessionState,
     /// Settings made by SQL are followed and replayed (`track`, pooled modes).
     pub track_settings: bool,
     /// A server another client held is cleaned before this client runs there
@@ -77,7 +77,6 @@ impl Policy {
             mode,
             tracking: p.track_prepared && mode != PoolMode::Session,
             tracking_configured: p.track_prepared && mode != PoolMode::Session,
-            session_setting: state,
             track_settings: state == SessionState::Track && mode != PoolMode::Session,
             session_state: match (state, mode) {
                 (SessionState::Off, _) | (_, PoolMode::Session) => StateRule::Forward,
@@ -145,15 +144,6 @@ impl Policy {
     pub fn client_idle_timeout(&self) -> Option<Duration> {
         let ms = self.timeouts_ms[3];
         (ms != 0).then(|| Duration::from_millis(ms.into()))
-    }
-
-    /// What a checkout compares with the pool's rule now: a change makes the policy again.
-    pub fn rule(&self) -> PoolRule {
-        PoolRule {
-            mode: self.mode,
-            session_state: self.session_setting,
-            reset_always: self.reset_always,
-        }
     }
 
     /// Whether every handoff of a server to another client cleans it.
