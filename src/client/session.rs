@@ -161,7 +161,7 @@ impl<'a> Session<'a> {
             server: None,
             member: login.member,
             warm: Warm { slot: None },
-            warm_limit: u16::try_from(cfg.client.warm_sessions).unwrap_or(u16::MAX),
+            warm_limit: warm_limit(cfg.client.warm_sessions),
             client_first: false,
             timer: None,
             policy_generation: generation,
@@ -989,5 +989,25 @@ impl<'a> Session<'a> {
         } else {
             Keep::None
         }
+    }
+}
+
+/// `client.warm_sessions` as a session keeps it: 16 bits, a larger value counting as 65,535
+/// (a cap no pooler reaches: each warm session keeps its buffers), never wrapped to a small one.
+fn warm_limit(configured: usize) -> u16 {
+    u16::try_from(configured).unwrap_or(u16::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn warm_sessions_past_16_bits_count_as_the_most() {
+        assert_eq!(super::warm_limit(0), 0);
+        assert_eq!(super::warm_limit(64), 64);
+        assert_eq!(super::warm_limit(65_535), 65_535);
+        // `as u16` would make 65,536 zero warm sessions and 65,600 sixty-four.
+        assert_eq!(super::warm_limit(65_536), u16::MAX);
+        assert_eq!(super::warm_limit(65_600), u16::MAX);
+        assert_eq!(super::warm_limit(usize::MAX), u16::MAX);
     }
 }
