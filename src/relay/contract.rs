@@ -1,8 +1,9 @@
 //! The machine's narrow side toward its driver besides the byte paths: what the driver tells
 //! it ([`Input`], to [`Relay::handle`]), what it tells the driver at a round's end
 //! ([`Event`], from [`Relay::poll`]), and where the session stands between calls
-//! ([`Stand`], a read-only view from [`Relay::stand`]). Each carries its data: the driver never asks a getter
-//! afterwards what an action meant.
+//! ([`Stand`], a read-only view from [`Relay::stand`]). Each carries its data: the driver
+//! never asks a getter afterwards what an action meant. A new concern adds a variant here,
+//! not a method.
 
 use super::client::Deliver;
 use super::{subscribe, Io, Relay, Released, Subscribe, TimedOut};
