@@ -125,15 +125,16 @@ fn spawn_heartbeat(shared: Arc<Shared>) {
     });
 }
 
-/// Beats once a second until the pooler stops.
+/// Beats at each tick until the pooler stops.
 fn spawn_beat(shared: Arc<Shared>, beat: fn(&Shared)) {
     let mut shutdown = shared.lifecycle.shutdown();
+    let mut ticks = shared.lifecycle.ticks.clone();
+    beat(&shared);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = shutdown.stopped() => return,
-                _ = tick.tick() => beat(&shared),
+                _ = ticks.tick() => beat(&shared),
             }
         }
     });
@@ -156,11 +157,12 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
         tokio::time::sleep(window).await;
     };
     tokio::pin!(closing);
-    let mut beat = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = l.ticks.clone();
+    l.accept_beat();
     loop {
         tokio::select! {
             _ = &mut closing => return,
-            _ = beat.tick() => l.accept_beat(),
+            _ = ticks.tick() => l.accept_beat(),
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
                     l.accepted.fetch_add(1, Ordering::Relaxed);

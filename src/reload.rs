@@ -9,13 +9,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::config::{Cli, Config, ConfigError};
 use crate::shared::Shared;
-
-/// How often the file is checked for changes.
-const POLL: Duration = Duration::from_secs(1);
 
 /// What identifies the file's content without reading it: the resolved path (a ConfigMap
 /// swap changes it), modification time and size.
@@ -83,13 +80,12 @@ pub fn spawn(shared: Arc<Shared>, cli: Arc<Cli>) {
         let mut last = cli.config.as_deref().map(fingerprint);
         let mut secrets = secret_fingerprints(&shared.config.load());
         let mut resolved = resolved_fingerprints(&shared.config.load());
-        let mut tick = tokio::time::interval(POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = shared.lifecycle.ticks.clone();
         loop {
             tokio::select! {
                 _ = shutdown.stopped() => return,
                 _ = shared.reload.notified() => {}
-                _ = tick.tick() => {
+                _ = ticks.tick() => {
                     let cfg = shared.config.load();
                     let now = secret_fingerprints(&cfg);
                     if now != secrets {

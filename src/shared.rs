@@ -56,18 +56,19 @@ impl Shared {
             .lifecycle
             .set_config_hash(config.load().file_hash.as_deref());
         let tls = Arc::new(TlsCell::default());
+        let lifecycle = Arc::new(Lifecycle::new(metrics.lifecycle.drain_state.clone()));
         let pools = Arc::new(Pools::new(
             config.clone(),
             events,
             counters.clone(),
             metrics.clone(),
             tls.clone(),
+            lifecycle.ticks.clone(),
         ));
         let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {
             tracing::warn!(error = %e, "pool gauges unavailable");
         }
-        let lifecycle = Arc::new(Lifecycle::new(metrics.lifecycle.drain_state.clone()));
         Arc::new(Shared {
             pools,
             metrics,

@@ -10,11 +10,16 @@ use prometheus::IntGauge;
 
 mod drain;
 mod signal;
+mod ticks;
 pub use drain::{ClientShutdown, Drain, DrainState, Shutdown};
 pub use signal::{Signal, Watch};
+pub use ticks::Ticks;
 
 /// Longest silence of an event loop before liveness fails.
 pub const LIVENESS_WINDOW: Duration = Duration::from_secs(5);
+
+/// How often the data plane's housekeeping runs (see [`Ticks`]).
+pub const TICK: Duration = Duration::from_secs(1);
 
 /// Shared by the admin server (which reads it) and the data plane (which drives it).
 pub struct Lifecycle {
@@ -23,6 +28,8 @@ pub struct Lifecycle {
     paused: AtomicBool,
     accept_beat: AtomicU64,
     maintenance_beat: AtomicU64,
+    /// The data plane's housekeeping clock (clone it to wait for ticks).
+    pub ticks: Ticks,
     /// The drain: its state, and what the tasks wait on to end.
     pub drain: Drain,
     /// PAUSE lifted.
@@ -51,6 +58,7 @@ impl Lifecycle {
             paused: AtomicBool::new(false),
             accept_beat: AtomicU64::new(0),
             maintenance_beat: AtomicU64::new(0),
+            ticks: Ticks::start(TICK),
             drain: Drain::new(drain_gauge),
             resumed: tokio::sync::Notify::new(),
             paused_dbs: Default::default(),

@@ -3,19 +3,20 @@
 //! answers waiters at their `query_wait_timeout` deadline, and closes idle servers whose host
 //! stopped fitting as soon as that is known.
 
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::time::Instant;
+
+use tokio::time::Sleep;
+
+use crate::lifecycle::Ticks;
 
 use super::{CloseReason, Pool};
 
-pub(super) const TICK: Duration = Duration::from_secs(1);
-
-pub(super) fn spawn(pool: Pool) {
+pub(super) fn spawn(pool: Pool, mut ticks: Ticks) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Armed for the earliest waiter deadline; parked far ahead while nobody waits.
-        let sweep = tokio::time::sleep_until(far_future());
-        tokio::pin!(sweep);
+        // Armed only while a waiter has a deadline: otherwise the pool keeps no timer in the
+        // data plane's wheel (see `Ticks`).
+        let mut sweep: Option<Pin<Box<Sleep>>> = None;
         let mut topology = pool.inner.backend.hosts.topology().subscribe();
         loop {
             tokio::select! {
@@ -23,20 +24,20 @@ pub(super) fn spawn(pool: Pool) {
                 // A host's role or the pool's hosts changed: idle servers that no longer fit
                 // go now, not at their next checkout.
                 Ok(()) = topology.changed() => pool.sweep_misfits(),
-                _ = tick.tick() => {
+                _ = ticks.tick() => {
                     pool.maintain();
                     // A rearm is never missed for longer than a tick.
-                    if let Some(at) = pool.sweep_at().filter(|at| *at < sweep.deadline()) {
-                        sweep.as_mut().reset(at);
+                    if let Some(at) = pool.sweep_at() {
+                        if sweep.as_ref().map_or(true, |s| at < s.deadline()) {
+                            arm(&mut sweep, Some(at));
+                        }
                     }
                 }
-                _ = &mut sweep => {
+                _ = armed(&mut sweep) => {
                     let next = pool.sweep_waiters(tokio::time::Instant::now());
-                    sweep.as_mut().reset(next.unwrap_or_else(far_future));
+                    arm(&mut sweep, next);
                 }
-                _ = pool.inner.rearm.notified() => {
-                    sweep.as_mut().reset(pool.sweep_at().unwrap_or_else(far_future));
-                }
+                _ = pool.inner.rearm.notified() => arm(&mut sweep, pool.sweep_at()),
             }
         }
         // Servers checked in from now on are closed; those already idle go below.
@@ -48,8 +49,21 @@ pub(super) fn spawn(pool: Pool) {
     });
 }
 
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+/// The sweep's timer set for `at`, or none.
+fn arm(sweep: &mut Option<Pin<Box<Sleep>>>, at: Option<tokio::time::Instant>) {
+    match (at, sweep.as_mut()) {
+        (Some(at), Some(s)) => s.as_mut().reset(at),
+        (Some(at), None) => *sweep = Some(Box::pin(tokio::time::sleep_until(at))),
+        (None, _) => *sweep = None,
+    }
+}
+
+/// Completes when the sweep's timer fires; never while none is armed.
+async fn armed(sweep: &mut Option<Pin<Box<Sleep>>>) {
+    match sweep {
+        Some(s) => s.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Pool {

@@ -106,6 +106,8 @@ pub struct PoolDeps {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// The limits this pool shares with others (its database's, its user's).
     pub limits: Vec<Arc<Limit>>,
+    /// When its upkeep runs.
+    pub ticks: crate::lifecycle::Ticks,
 }
 
 /// A client queued for a server, since when (for `maxwait`) and until when.
@@ -251,6 +253,7 @@ impl Pool {
             backend,
             draining,
             limits,
+            ticks,
         } = deps;
         let pool = Pool {
             inner: Arc::new(PoolInner {
@@ -285,7 +288,7 @@ impl Pool {
         for limit in &pool.inner.limits {
             limit.join(&pool.inner);
         }
-        maintenance::spawn(pool.clone());
+        maintenance::spawn(pool.clone(), ticks);
         pool
     }
 
@@ -621,7 +624,7 @@ impl Pool {
             }
             match pick.check_delay {
                 None => conn.check_due = false,
-                Some(d) if d < maintenance::TICK => {
+                Some(d) if d < crate::lifecycle::TICK => {
                     conn.check_due = now.saturating_duration_since(conn.last_used) >= d;
                 }
                 Some(_) => {}

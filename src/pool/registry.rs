@@ -49,6 +49,8 @@ pub struct Pools {
     /// The limits pools share, by database and by user: kept while a pool counts against
     /// them (whether or not a limit is set, so setting one by reload counts what is open).
     limits: Mutex<SharedLimits>,
+    /// When each pool's upkeep runs.
+    ticks: crate::lifecycle::Ticks,
 }
 
 #[derive(Default)]
@@ -101,9 +103,11 @@ impl Pools {
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
         tls: Arc<crate::net::TlsCell>,
+        ticks: crate::lifecycle::Ticks,
     ) -> Self {
         let cfg = config.load();
         Pools {
+            ticks,
             tls,
             backend: Arc::new(Backend::from_config(&cfg)),
             server_password: SecretCell::new(cfg.server.password.clone()),
@@ -131,6 +135,7 @@ impl Pools {
             shutdown: self.shutdown.child_token(),
             backend: self.backend.clone(),
             draining: self.draining.clone(),
+            ticks: self.ticks.clone(),
         }
     }
 

@@ -52,6 +52,7 @@ fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
             backend,
             draining: Default::default(),
             limits: Vec::new(),
+            ticks: crate::lifecycle::Ticks::start(crate::lifecycle::TICK),
         },
     )
 }
