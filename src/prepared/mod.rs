@@ -267,8 +267,16 @@ pub fn owner(server_name: &[u8]) -> Option<u64> {
         .strip_prefix(b"p")
         .or_else(|| server_name.strip_prefix(b"P"))?;
     let digits = rest.iter().position(|&b| b == b'_')?;
-    let number = std::str::from_utf8(&rest[..digits]).ok()?;
-    number.parse().ok()
+    // Read by hand, without a UTF-8 check and a parse: this runs for every copy a server
+    // holds whenever clients have left.
+    let digits = &rest[..digits];
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let d = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(d))
+    })
 }
 
 /// One server copy: which statement it is, when it was last used and when it was made.
@@ -470,6 +478,10 @@ mod tests {
         assert_eq!(owner(&server_name(7, &long, 9)), Some(7));
         assert_eq!(owner(b"q"), None);
         assert_eq!(owner(b"pq_1"), None);
+        assert_eq!(owner(b"p_1"), None);
+        assert_eq!(owner(b"p1x_1"), None);
+        assert_eq!(owner(b"p18446744073709551615_a"), Some(u64::MAX));
+        assert_eq!(owner(b"p18446744073709551616_a"), None, "past u64");
     }
 
     #[test]
