@@ -74,7 +74,9 @@ async fn serve(config: Config, cli: Arc<Cli>, shared: Arc<Shared>) -> Result<Sto
     spawn_heartbeat(shared.clone());
     crate::reload::spawn(shared.clone(), cli);
     let tracker = TaskTracker::new();
-    accept_loop(&listener, &shared, &tracker).await;
+    // Idle clients are kept here without a task; those that come back run as the tracker's.
+    let lot = crate::client::lot(shared.clone(), tracker.clone());
+    accept_loop(&listener, &shared, &tracker, &lot).await;
     drop(listener);
     // No accept loop any more: the drain's own loop proves the runtime turns.
     spawn_beat(shared.clone(), |s| s.lifecycle.accept_beat());
@@ -141,7 +143,12 @@ fn spawn_beat(shared: Arc<Shared>, beat: fn(&Shared)) {
 }
 
 /// Accepts until a drain's accept window has passed.
-async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &TaskTracker) {
+async fn accept_loop(
+    listener: &TcpListener,
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    lot: &Arc<crate::client::park::Lot>,
+) {
     let l = &shared.lifecycle;
     let window = shared.config.load().drain.accept_window;
     let mut shutdown = l.shutdown();
@@ -167,7 +174,7 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, tracker: &Tas
                 Ok((stream, peer)) => {
                     l.accepted.fetch_add(1, Ordering::Relaxed);
                     let pending = admit(shared, peer);
-                    tracker.spawn(crate::client::serve(stream, shared.clone(), pending));
+                    tracker.spawn(crate::client::serve(stream, shared.clone(), pending, lot.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly instead of spinning.

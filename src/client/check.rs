@@ -11,7 +11,7 @@ use super::wait::reading_client;
 use crate::pool::CloseReason;
 use crate::server::{self, Server};
 
-impl Session<'_> {
+impl Session {
     /// Checks `conn` if the pool flagged it. `Ok(None)`: it failed the check and was closed.
     /// Bounded by `server.connect_timeout`; a client leaving meanwhile is noticed.
     pub(super) async fn checked(
@@ -32,7 +32,7 @@ impl Session<'_> {
                 cfg.server.connect_timeout,
                 server::run_simple(&mut conn, &cfg.server.check_query),
             ));
-            reading_client(self.client, &mut self.relay, check).await
+            reading_client(&mut self.client, &mut self.relay, check).await
         };
         let failure = match outcome {
             Ok(Ok(Ok(()))) => return Ok(Some(conn)),

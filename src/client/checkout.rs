@@ -26,7 +26,7 @@ pub(super) struct Taken {
     pub(super) conn: Option<Server>,
 }
 
-impl Session<'_> {
+impl Session {
     /// The common case without a future: an idle server, taken at once. Otherwise hands
     /// [`Session::acquire`] what it needs: the clock read, and the server taken if it is due
     /// for its idle check. A message that signals a backend by pid (`spare`, from
@@ -81,7 +81,7 @@ impl Session<'_> {
                     // refuses to queue it once killed): no registration of its own per wait.
                     let pool = self.pool.clone();
                     let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
-                    let r = reading_client(self.client, &mut self.relay, checkout).await?;
+                    let r = reading_client(&mut self.client, &mut self.relay, checkout).await?;
                     if self.cancel.is_killed() {
                         if let Ok(conn) = r {
                             self.pool.discard(conn, CloseReason::Killed);
@@ -123,7 +123,7 @@ impl Session<'_> {
                 }
                 Poll::Pending
             });
-            reading_client(self.client, &mut self.relay, pin!(either)).await?;
+            reading_client(&mut self.client, &mut self.relay, pin!(either)).await?;
         }
         Ok(tokio::time::Instant::now())
     }

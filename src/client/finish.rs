@@ -9,7 +9,7 @@ use crate::pool::{CloseReason, Pool};
 use crate::relay::{Ending, Leave};
 use crate::server::{self, Server};
 
-impl Session<'_> {
+impl Session {
     /// Ends the session if the console has killed it (`KILL`, `KILL_CLIENT`).
     pub(super) fn check_killed(&self) -> Result<(), ClientError> {
         if self.cancel.is_killed() {
@@ -38,7 +38,7 @@ impl Session<'_> {
     /// machine saw the end.
     pub(super) fn finish(&mut self, close: Option<CloseReason>) -> Ending {
         let srv = self.server.as_ref().map(|s| &s.state);
-        let mut wire = Session::wire(self.client, &self.shared.cancels);
+        let mut wire = Session::wire(&mut self.client, &self.shared.cancels);
         let cfg = self.shared.config.load();
         let reset = &cfg.pool.reset_query;
         let ending = self.relay.finish(srv, &mut wire, !reset.is_empty());

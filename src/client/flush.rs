@@ -16,7 +16,7 @@ enum Progress {
     Read(std::io::Result<usize>),
 }
 
-impl Session<'_> {
+impl Session {
     /// Writes what the relay queued for the server while still reading the server: a server
     /// blocked writing results stops reading, so a pooler that only wrote would deadlock
     /// with it on a large pipeline. What arrives meanwhile goes through the relay and on to

@@ -11,7 +11,7 @@ use crate::pool::CloseReason;
 use crate::protocol::{backend, frame};
 use crate::relay::{Event, Input};
 
-impl Session<'_> {
+impl Session {
     /// Whether the read `r` of the held server is its end at a boundary: the client idle
     /// outside a transaction with nothing owed or buffered, and the server closed, failed,
     /// or sent a FATAL (PostgreSQL closes right after one).
@@ -34,7 +34,7 @@ impl Session<'_> {
     #[cold]
     pub(super) fn lose_idle_server(&mut self) -> Option<Vec<crate::relay::Subscribe>> {
         let mut conn = self.server.take()?;
-        let mut wire = Session::wire(self.client, &self.shared.cancels);
+        let mut wire = Session::wire(&mut self.client, &self.shared.cancels);
         self.relay
             .handle(Some(&mut conn.state), Input::ServerLeft, &mut wire);
         self.cancel.clear();

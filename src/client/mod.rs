@@ -8,6 +8,7 @@ mod error;
 mod finish;
 mod flush;
 mod idle_loss;
+pub mod park;
 mod session;
 mod timer;
 mod wait;
@@ -19,7 +20,6 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::net::TcpStream;
-use tokio_util::either::Either;
 use tracing::field;
 
 use crate::admin::console;
@@ -40,6 +40,7 @@ pub fn serve(
     stream: TcpStream,
     shared: Arc<Shared>,
     pending: Pending,
+    lot: Arc<park::Lot>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     shared.counters.clients_open.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
@@ -50,33 +51,67 @@ pub fn serve(
         pending,
     ));
     async move {
-        let (mut stream, id, res) = login.await;
-        // Client numbers start at 1: the niche keeps the number to 8 bytes of the task.
-        let id = id.and_then(std::num::NonZeroU64::new);
-        let res = after_login(&mut stream, &shared, res).await;
-        Box::pin(ended(&mut stream, &shared, id.map(|i| i.get()), res)).await;
+        let (stream, id, res) = login.await;
+        match res {
+            // Boxed: a session can leave its task (`park`) and come back in another.
+            Ok(Outcome::Session(login)) => {
+                live(Box::new(session::Session::new(stream, shared, login)), lot).await
+            }
+            res => Box::pin(rare(stream, shared, id, res)).await,
+        }
     }
 }
 
-/// What the login led to, as one future made before it runs. The login's outcome is taken
-/// apart here, outside the task's future: matched there, it kept its room (136 bytes) in
-/// every idle client's task for the whole session. The rare ends are boxed.
-fn after_login<'a>(
-    stream: &'a mut ClientStream,
-    shared: &'a Arc<Shared>,
+/// The console's session, and the logins that ended without a session.
+async fn rare(
+    mut stream: ClientStream,
+    shared: Arc<Shared>,
+    id: Option<u64>,
     res: Result<Outcome, ClientError>,
-) -> impl std::future::Future<Output = Result<(), ClientError>> + Send + 'a {
-    type Rare<'a> =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ClientError>> + Send + 'a>>;
-    match res {
-        Ok(Outcome::Session(login)) => Either::Left(session(stream, shared, login)),
-        Ok(Outcome::Console(who, buf, out)) => Either::Right(Box::pin(async move {
-            console::serve(stream, shared, who, buf, out)
-                .await
-                .map_err(ClientError::from)
-        }) as Rare<'a>),
-        Ok(Outcome::Done) => Either::Right(Box::pin(std::future::ready(Ok(()))) as Rare<'a>),
-        Err(e) => Either::Right(Box::pin(std::future::ready(Err(e))) as Rare<'a>),
+) {
+    let res = match res {
+        Ok(Outcome::Session(_)) => unreachable!("sessions are served by `live`"),
+        Ok(Outcome::Console(who, buf, out)) => console::serve(&mut stream, &shared, who, buf, out)
+            .await
+            .map_err(ClientError::from),
+        Ok(Outcome::Done) => Ok(()),
+        Err(e) => Err(e),
+    };
+    ended(&mut stream, &shared, id, res).await;
+}
+
+/// The lot where idle clients wait without a task; those that come back run as `tracker`'s
+/// tasks.
+pub fn lot(shared: Arc<Shared>, tracker: tokio_util::task::TaskTracker) -> Arc<park::Lot> {
+    park::Lot::start(shared, tracker, resume)
+}
+
+/// A parked session back as a task.
+fn resume(
+    session: Box<session::Session>,
+    lot: Arc<park::Lot>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(live(session, lot))
+}
+
+/// A session's task, from its login or from the lot: runs the session until it ends (then
+/// tells the client why), or until it is parked and the task ends without it.
+async fn live(mut session: Box<session::Session>, lot: Arc<park::Lot>) {
+    loop {
+        match session.run().await {
+            session::Ran::Parked => match lot.park(session) {
+                Ok(()) => return,
+                Err(back) => session = back,
+            },
+            session::Ran::Ended(res) => {
+                let shared = session.shared.clone();
+                shared.cancels.unregister(session.key);
+                let id = session.relay.id();
+                let mut stream = std::mem::replace(&mut session.client, ClientStream::Gone);
+                drop(session);
+                return Box::pin(ended(&mut stream, &shared, Some(id), res)).await;
+            }
+        }
     }
 }
 
@@ -193,21 +228,6 @@ fn log_refused(shared: &Shared, stream: &ClientStream, who: &login::Attempt, e: 
     );
 }
 
-/// The session, built before the future is, so the login it is made from takes no room in it.
-fn session<'a>(
-    stream: &'a mut ClientStream,
-    shared: &Arc<Shared>,
-    login: login::Login,
-) -> impl std::future::Future<Output = Result<(), ClientError>> + Send + 'a {
-    let key = login.key;
-    let mut session = session::Session::new(stream, shared.clone(), login);
-    async move {
-        let res = session.run().await;
-        session.shared.cancels.unregister(key);
-        res
-    }
-}
-
 #[cfg(test)]
 mod size_tests {
     /// An idle client costs its task's future: keep the future small (the benchmark's
@@ -227,16 +247,27 @@ mod size_tests {
                 .expect("connect");
             let shared = crate::shared::Shared::new(Default::default());
             let (pending, _) = shared.pending_logins.admit([127, 0, 0, 1].into(), 1, 1);
-            let f = super::serve(c, shared, pending);
+            let lot = std::sync::Arc::new(super::park::Lot::closed(
+                shared.clone(),
+                tokio_util::task::TaskTracker::new(),
+                super::resume,
+            ));
+            let f = super::serve(c, shared, pending, lot);
             let size = std::mem::size_of_val(&f);
             eprintln!("client task future: {size} bytes");
-            // 792 bytes now (release: 784, its task cell 896 bytes: 96 of tokio's own around
+            // A parked client is its boxed session (and its cancel slot): mimalloc's
+            // 512-byte class.
+            let parked = std::mem::size_of::<super::session::Session>();
+            eprintln!("parked session: {parked} bytes");
+            assert!(parked <= 512, "a parked session grew to {parked} bytes");
+            // 616 bytes now, the session boxed (it leaves the task when parked); 792 while it
+            // was inline (release: 784, its task cell 896 bytes: 96 of tokio's own around
             // the future, rounded to 128). 896 while the prepared-statement table was inline,
             // 1,024 while the login's outcome stayed in the future; 1,152
             // before that put every idle task in a larger allocation class: tokio aligns task
             // cells to 128 bytes, and the allocator's classes are a quarter of a power of two
             // apart).
-            assert!(size <= 792, "client task future grew to {size} bytes");
+            assert!(size <= 640, "client task future grew to {size} bytes");
         });
     }
 }

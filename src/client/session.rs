@@ -29,6 +29,28 @@ use crate::relay::{
 use crate::server::Server;
 use crate::shared::Shared;
 
+/// How [`Session::run`] stopped.
+pub enum Ran {
+    /// The session ended, and how.
+    Ended(Result<(), ClientError>),
+    /// Idle across a tick: the caller parks it (`client::park`).
+    Parked,
+}
+
+/// Why the relay loop stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    Quit,
+    Park,
+}
+
+/// What an idle wait saw.
+#[derive(Debug, PartialEq, Eq)]
+enum Waited {
+    Readable,
+    Park,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
     Continue,
@@ -96,9 +118,11 @@ pub(super) struct RareEnd {
     due: Option<Vec<Subscribe>>,
 }
 
-pub struct Session<'a> {
+pub struct Session {
     pub(super) relay: Relay,
-    pub(super) client: &'a mut ClientStream,
+    /// The client's cancel key, unregistered when the session ends.
+    pub(super) key: (i32, i32),
+    pub(super) client: ClientStream,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) cancel: Arc<CancelSlot>,
@@ -109,6 +133,10 @@ pub struct Session<'a> {
     pub(super) warm: Warm,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
+    /// A tick's nudge found the session idle, and it has been idle since (or it has been
+    /// idle since its login): the next one parks it (`client::park`), so only a client idle
+    /// for a whole tick, or since it logged in, is parked.
+    nudged: bool,
     /// The pooler's timeouts' timer, when one is on.
     pub(super) timer: Option<Box<Timer>>,
     /// The generation of the pool's policy the relay's was read at
@@ -122,7 +150,7 @@ pub struct Session<'a> {
     inbox: Option<Box<Inbox>>,
 }
 
-impl Drop for Session<'_> {
+impl Drop for Session {
     fn drop(&mut self) {
         if self.relay.left_statements() {
             self.pool.orphans().add(self.relay.id());
@@ -141,8 +169,8 @@ impl Drop for Session<'_> {
     }
 }
 
-impl<'a> Session<'a> {
-    pub fn new(client: &'a mut ClientStream, shared: Arc<Shared>, login: Login) -> Self {
+impl Session {
+    pub fn new(client: ClientStream, shared: Arc<Shared>, login: Login) -> Self {
         let cfg = shared.config.load();
         let (generation, policy) = login.pool.policy();
         let relay = Relay::new(
@@ -155,6 +183,7 @@ impl<'a> Session<'a> {
         );
         Session {
             relay,
+            key: login.key,
             client,
             pool: login.pool.clone(),
             cancel: login.cancel,
@@ -163,6 +192,8 @@ impl<'a> Session<'a> {
             warm: Warm { slot: None },
             warm_limit: warm_limit(cfg.client.warm_sessions),
             client_first: false,
+            // A client idle since its login is parked at the first nudge.
+            nudged: true,
             timer: None,
             policy_generation: generation,
             inbox: None,
@@ -178,13 +209,16 @@ impl<'a> Session<'a> {
         Wire { client, cancels }
     }
 
-    /// Runs the session to its end and returns or discards the server it holds.
-    pub async fn run(&mut self) -> Result<(), ClientError> {
+    /// Runs the session to its end and returns or discards the server it holds; or, idle
+    /// across a tick, stops to be parked (`client::park`).
+    pub async fn run(&mut self) -> Ran {
         // A match, not a `let` of the await: the result then takes no room of its own
         // beside the loop's future (the idle client's task stays in its allocation class).
         #[allow(clippy::match_single_binding)]
         let res = match self.relay_loop().await {
-            res => res,
+            Ok(Stop::Park) => return Ran::Parked,
+            Ok(Stop::Quit) => Ok(()),
+            Err(e) => Err(e),
         };
         let close = self.must_close(&res);
         if res.is_err() {
@@ -193,19 +227,19 @@ impl<'a> Session<'a> {
             let _ = Box::pin(self.flush_client()).await;
         }
         let ending = self.finish(close);
-        match res {
+        Ran::Ended(match res {
             Err(ClientError::ServerLost(_)) if !ending.tell_server_lost => {
                 Err(ClientError::ServerEnded)
             }
             res => res,
-        }
+        })
     }
 
     /// Alternates between a small idle wait and boxed rounds of work, so an idle client
     /// carries no buffers and no large future.
-    async fn relay_loop(&mut self) -> Result<(), ClientError> {
+    async fn relay_loop(&mut self) -> Result<Stop, ClientError> {
         if self.relay.stand(None).pending() && Box::pin(self.on_client()).await? == Flow::Quit {
-            return Ok(());
+            return Ok(Stop::Quit);
         }
         // One registration for the session's life, kept inline (no allocation).
         let shared = self.shared.clone();
@@ -215,12 +249,20 @@ impl<'a> Session<'a> {
         loop {
             if self.idle() {
                 match self.idle_timeout() {
-                    None => self.wait_readable(close.as_mut()).await?,
+                    None => {
+                        if self.wait_readable(close.as_mut(), true).await? == Waited::Park {
+                            return Ok(Stop::Park);
+                        }
+                    }
                     Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
                 }
             }
             if Box::pin(self.rounds(close.as_mut())).await? == Flow::Quit {
-                return Ok(());
+                return Ok(Stop::Quit);
+            }
+            // A warm session idle for a whole tick gave its slot up to be parked.
+            if self.nudged && self.parkable() {
+                return Ok(Stop::Park);
             }
         }
     }
@@ -240,7 +282,13 @@ impl<'a> Session<'a> {
             }
             if self.idle() {
                 match self.idle_timeout() {
-                    None => self.wait_readable(close.as_mut()).await?,
+                    None => {
+                        if self.wait_readable(close.as_mut(), true).await? == Waited::Park {
+                            // Idle for a whole tick: no longer warm, and parked.
+                            self.warm.slot = None;
+                            return Ok(Flow::Continue);
+                        }
+                    }
                     Some(idle) => self.wait_idle(close.as_mut(), idle).await?,
                 }
             }
@@ -263,8 +311,8 @@ impl<'a> Session<'a> {
         idle: std::time::Duration,
     ) -> Result<(), ClientError> {
         // Boxed: a timer is only carried by clients that have an idle timeout.
-        match Box::pin(tokio::time::timeout(idle, self.wait_readable(close))).await {
-            Ok(r) => r,
+        match Box::pin(tokio::time::timeout(idle, self.wait_readable(close, false))).await {
+            Ok(r) => r.map(|_| ()),
             Err(_) => Err(ClientError::Fatal {
                 code: sqlstate::PROTOCOL_VIOLATION,
                 message: "client_idle_timeout".into(),
@@ -272,8 +320,13 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Waits for the idle client to send something, or shutdown.
-    async fn wait_readable(&mut self, mut close: Pin<&mut Watch<'_>>) -> Result<(), ClientError> {
+    /// Waits for the idle client to send something, or shutdown; or, woken by a tick's nudge
+    /// (`park`: a session that may be parked), says it can be parked.
+    async fn wait_readable(
+        &mut self,
+        mut close: Pin<&mut Watch<'_>>,
+        park: bool,
+    ) -> Result<Waited, ClientError> {
         loop {
             // One borrow of the session (not one per field): an idle client's future is kept
             // small.
@@ -291,7 +344,10 @@ impl<'a> Session<'a> {
             })
             .await;
             match woken {
-                Some(Some(r)) => return Ok(r?),
+                Some(Some(r)) => {
+                    self.nudged = false;
+                    return r.map(|()| Waited::Readable).map_err(Into::into);
+                }
                 Some(None) => {
                     self.deliver_notifications();
                     // Boxed: rare, and an idle client's future stays small.
@@ -307,12 +363,26 @@ impl<'a> Session<'a> {
                     forced: end.is_aborted(),
                 });
             }
-            // Kicked: the console killed a client, maybe this one.
+            // Kicked: the console killed a client, maybe this one; or a tick's nudge.
             close.as_mut().rearm();
             if self.cancel.is_killed() {
                 return Err(ClientError::Killed);
             }
+            // A tick's nudge (or a kick): parked at the second one that finds it idle.
+            if park && self.idle() && !self.client.is_tls() && self.inbox.is_none() {
+                if self.nudged {
+                    return Ok(Waited::Park);
+                }
+                self.nudged = true;
+            }
         }
+    }
+
+    /// Whether the idle session can be kept without its task: plain TCP (a TLS session's
+    /// state stays with its socket), nothing held or buffered, no LISTEN (notifications wake
+    /// it), not warm.
+    fn parkable(&self) -> bool {
+        !self.client.is_tls() && self.inbox.is_none() && self.warm.slot.is_none() && self.idle()
     }
 
     /// Relays client and server traffic until the client holds no server and has nothing
@@ -423,7 +493,7 @@ impl<'a> Session<'a> {
         let mut timer = self.timer.as_deref_mut();
         // Between requests (a pinned client's server idle) a notification may go out.
         let mut inbox = self.inbox.as_deref_mut().filter(|_| stand.quiet());
-        let client = &mut *self.client;
+        let client = &mut self.client;
         let buffer = self.relay.policy().buffer();
         let cbuf = self.relay.client_in();
         let mut server = self.server.as_mut().map(|srv| {
@@ -482,7 +552,7 @@ impl<'a> Session<'a> {
             let next = self.relay.on_client(
                 srv,
                 &mut Wire {
-                    client: &mut *self.client,
+                    client: &mut self.client,
                     cancels: &self.shared.cancels,
                 },
             )?;
@@ -520,7 +590,7 @@ impl<'a> Session<'a> {
     pub(super) fn tell(&mut self, input: Input<'_>) -> Option<Event> {
         let srv = self.server.as_mut().map(|s| &mut s.state);
         let mut wire = Wire {
-            client: &mut *self.client,
+            client: &mut self.client,
             cancels: &self.shared.cancels,
         };
         self.relay.handle(srv, input, &mut wire)
@@ -540,7 +610,7 @@ impl<'a> Session<'a> {
             .as_mut()
             .expect("server messages are handled only while a server is held");
         let mut wire = Wire {
-            client: &mut *self.client,
+            client: &mut self.client,
             cancels: &self.shared.cancels,
         };
         self.relay.on_server(&mut srv.state, &mut wire)?;
@@ -593,7 +663,7 @@ impl<'a> Session<'a> {
         loop {
             let srv = self.server.as_ref().map(|s| &s.state);
             let mut wire = Wire {
-                client: &mut *self.client,
+                client: &mut self.client,
                 cancels: &self.shared.cancels,
             };
             match self.relay.poll(srv, &mut wire) {
@@ -664,7 +734,7 @@ impl<'a> Session<'a> {
         };
         let srv = self.server.as_mut().map(|s| &mut s.state);
         let mut wire = Wire {
-            client: &mut *self.client,
+            client: &mut self.client,
             cancels: &self.shared.cancels,
         };
         let subscribed = Input::Subscribed {
@@ -859,7 +929,7 @@ impl<'a> Session<'a> {
         // The client holds no server: its block, if it had one, has ended.
         inbox.block_ended();
         let mut wire = Wire {
-            client: &mut *self.client,
+            client: &mut self.client,
             cancels: &self.shared.cancels,
         };
         // The machine puts each before the ReadyForQuery that ends the client's transaction,

@@ -177,6 +177,12 @@ impl ClientShutdown {
         self.kicked.notified()
     }
 
+    /// Wakes every idle session once (busy ones and those waiting for a server sleep on): an
+    /// idle one that may be parked leaves its task (`client::park`).
+    pub fn nudge_idle(&self) {
+        self.close_idle.kick();
+    }
+
     /// Wakes every session once, wherever it waits (idle, busy, or for a server), to see
     /// whether the console has killed it; nothing else changes for the others.
     pub fn kick(&self) {

@@ -78,6 +78,8 @@ pub struct ClientMetrics {
     pub refusal_seconds: Histogram,
     pub transaction_seconds: Histogram,
     pub query_seconds: Histogram,
+    /// Idle clients kept without a task of their own (`client::park`).
+    pub parked: IntGauge,
 }
 
 pub struct ServerMetrics {
@@ -288,6 +290,11 @@ impl Metrics {
                 &r,
                 "droidpool_query_duration_seconds",
                 "Time from a request to its ReadyForQuery.",
+            ),
+            parked: gauge(
+                &r,
+                "droidpool_clients_parked",
+                "Idle clients kept without a task of their own (plain TCP, holding no server).",
             ),
         };
         let servers = ServerMetrics {

@@ -26,11 +26,14 @@ pub(super) fn spawn(pool: Pool, mut ticks: Ticks) {
                 Ok(()) = topology.changed() => pool.sweep_misfits(),
                 _ = ticks.tick() => {
                     pool.maintain();
-                    // A rearm is never missed for longer than a tick.
-                    if let Some(at) = pool.sweep_at() {
-                        if sweep.as_ref().map_or(true, |s| at < s.deadline()) {
+                    // A rearm is never missed for longer than a tick, and a timer nobody waits
+                    // on any more is dropped (the wheel is then empty again).
+                    match pool.sweep_at() {
+                        Some(at) if sweep.as_ref().map_or(true, |s| at < s.deadline()) => {
                             arm(&mut sweep, Some(at));
                         }
+                        Some(_) => {}
+                        None => sweep = None,
                     }
                 }
                 _ = armed(&mut sweep) => {

@@ -827,6 +827,8 @@ impl Pool {
         }
         loop {
             let Some(w) = st.waiters.pop_front() else {
+                // Nobody waits: nothing is left for the sweep (its timer goes at the next tick).
+                st.sweep_at = None;
                 // Nobody here waits for it: a reserve server goes, and so does one whose room
                 // another pool waits for under a shared limit.
                 if conn.slots.reserve || self.limits_want_room() {
@@ -850,7 +852,12 @@ impl Pool {
                 return;
             };
             match w.send(Ok(conn)) {
-                Ok(()) => return,
+                Ok(()) => {
+                    if st.waiters.is_empty() {
+                        st.sweep_at = None;
+                    }
+                    return;
+                }
                 Err(Ok(back)) => conn = back,
                 // A waiter is only ever sent `Ok(conn)`, so this arm cannot be reached.
                 Err(Err(_)) => return,

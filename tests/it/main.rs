@@ -17,6 +17,7 @@ mod lex_boundaries;
 mod lifecycle;
 mod limits;
 mod operator_budget;
+mod park;
 mod peers;
 mod prepared;
 mod relay;
