@@ -827,8 +827,11 @@ impl Pool {
         }
         loop {
             let Some(w) = st.waiters.pop_front() else {
-                // Nobody waits: nothing is left for the sweep (its timer goes at the next tick).
-                st.sweep_at = None;
+                // Nobody waits: nothing is left for the sweep, whose timer goes now (the
+                // data plane's timer wheel is then empty while no client waits).
+                if st.sweep_at.take().is_some() {
+                    self.inner.rearm.notify_one();
+                }
                 // Nobody here waits for it: a reserve server goes, and so does one whose room
                 // another pool waits for under a shared limit.
                 if conn.slots.reserve || self.limits_want_room() {
@@ -853,8 +856,8 @@ impl Pool {
             };
             match w.send(Ok(conn)) {
                 Ok(()) => {
-                    if st.waiters.is_empty() {
-                        st.sweep_at = None;
+                    if st.waiters.is_empty() && st.sweep_at.take().is_some() {
+                        self.inner.rearm.notify_one();
                     }
                     return;
                 }
