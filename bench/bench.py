@@ -1062,6 +1062,16 @@ def main():
                   file=sys.stderr)
 
     missing = missing_numbers(R, T)
+    if a.smoke:
+        # A smoke run's 1,000 idle clients add about 0.7 MB, no more than the allocator may
+        # return or keep of what the load before freed: its per-client figure is often invalid.
+        # That is reported (NO VALID NUMBER, never a pass) but does not fail the smoke, which
+        # checks that every measurement runs; a figure that could not be read at all still does.
+        waived = [m for m in missing if m.startswith("idle clients: ≤")]
+        for m in waived:
+            print(f"bench: smoke run: no valid number for '{m}' (not a pass, not fatal in a smoke run)",
+                  file=sys.stderr)
+        missing = [m for m in missing if m not in waived]
     if missing:
         print(f"bench: no number for: {', '.join(missing)}", file=sys.stderr)
         return 1

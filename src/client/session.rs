@@ -51,6 +51,25 @@ enum Waited {
     Park,
 }
 
+/// Whether [`Session::wait_readable`] may say the session can be parked: never (a client
+/// with an idle timeout), at the second tick that finds it idle, or now if it is not
+/// readable.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Park {
+    Never,
+    AtTick,
+    Now,
+}
+
+/// What woke [`Session::wait_readable`]: shutdown or a nudge, a notification, the client,
+/// or nothing (`Park::Now` found the client quiet).
+enum Woke {
+    Stop,
+    Inbox,
+    Client(std::io::Result<()>),
+    Quiet,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
     Continue,
@@ -192,7 +211,7 @@ impl Session {
             warm: Warm { slot: None },
             warm_limit: warm_limit(cfg.client.warm_sessions),
             client_first: false,
-            // A client idle since its login is parked at the first nudge.
+            // A client idle since its login is parked at once (`Park::Now`).
             nudged: true,
             timer: None,
             policy_generation: generation,
@@ -216,7 +235,12 @@ impl Session {
         // beside the loop's future (the idle client's task stays in its allocation class).
         #[allow(clippy::match_single_binding)]
         let res = match self.relay_loop().await {
-            Ok(Stop::Park) => return Ran::Parked,
+            Ok(Stop::Park) => {
+                // Back from the lot, it is not fresh: it waits a whole tick to park again
+                // (its socket may not look readable before the runtime has polled it).
+                self.nudged = false;
+                return Ran::Parked;
+            }
             Ok(Stop::Quit) => Ok(()),
             Err(e) => Err(e),
         };
@@ -250,7 +274,11 @@ impl Session {
             if self.idle() {
                 match self.idle_timeout() {
                     None => {
-                        if self.wait_readable(close.as_mut(), true).await? == Waited::Park {
+                        // Fresh from its login (or back from the lot), a client that has not
+                        // spoken yet is parked at once: the tasks of a burst of logins are not
+                        // all held for a tick, and their memory is not kept by the allocator.
+                        let now = if self.nudged { Park::Now } else { Park::AtTick };
+                        if self.wait_readable(close.as_mut(), now).await? == Waited::Park {
                             return Ok(Stop::Park);
                         }
                     }
@@ -283,7 +311,7 @@ impl Session {
             if self.idle() {
                 match self.idle_timeout() {
                     None => {
-                        if self.wait_readable(close.as_mut(), true).await? == Waited::Park {
+                        if self.wait_readable(close.as_mut(), Park::AtTick).await? == Waited::Park {
                             // Idle for a whole tick: no longer warm, and parked.
                             self.warm.slot = None;
                             return Ok(Flow::Continue);
@@ -311,7 +339,12 @@ impl Session {
         idle: std::time::Duration,
     ) -> Result<(), ClientError> {
         // Boxed: a timer is only carried by clients that have an idle timeout.
-        match Box::pin(tokio::time::timeout(idle, self.wait_readable(close, false))).await {
+        match Box::pin(tokio::time::timeout(
+            idle,
+            self.wait_readable(close, Park::Never),
+        ))
+        .await
+        {
             Ok(r) => r.map(|_| ()),
             Err(_) => Err(ClientError::Fatal {
                 code: sqlstate::PROTOCOL_VIOLATION,
@@ -325,9 +358,10 @@ impl Session {
     async fn wait_readable(
         &mut self,
         mut close: Pin<&mut Watch<'_>>,
-        park: bool,
+        mut park: Park,
     ) -> Result<Waited, ClientError> {
         loop {
+            let now = park == Park::Now && self.may_park();
             // One borrow of the session (not one per field): an idle client's future is kept
             // small.
             let this = &mut *self;
@@ -335,26 +369,31 @@ impl Session {
             // an idle client's task stays small.
             let woken = std::future::poll_fn(|cx| {
                 if close.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
+                    return Poll::Ready(Woke::Stop);
                 }
                 if let Some(Poll::Ready(())) = this.inbox.as_mut().map(|i| i.poll_ready(cx)) {
-                    return Poll::Ready(Some(None));
+                    return Poll::Ready(Woke::Inbox);
                 }
-                this.client.poll_read_ready(cx).map(|r| Some(Some(r)))
+                match this.client.poll_read_ready(cx) {
+                    Poll::Ready(r) => Poll::Ready(Woke::Client(r)),
+                    Poll::Pending if now => Poll::Ready(Woke::Quiet),
+                    Poll::Pending => Poll::Pending,
+                }
             })
             .await;
             match woken {
-                Some(Some(r)) => {
+                Woke::Quiet => return Ok(Waited::Park),
+                Woke::Client(r) => {
                     self.nudged = false;
                     return r.map(|()| Waited::Readable).map_err(Into::into);
                 }
-                Some(None) => {
+                Woke::Inbox => {
                     self.deliver_notifications();
                     // Boxed: rare, and an idle client's future stays small.
                     Box::pin(self.flush_client()).await?;
                     continue;
                 }
-                None => {}
+                Woke::Stop => {}
             }
             // The deadline closes idle sessions too, so one watch covers both.
             let end = self.shared.lifecycle.client_shutdown();
@@ -369,12 +408,13 @@ impl Session {
                 return Err(ClientError::Killed);
             }
             // A tick's nudge (or a kick): parked at the second one that finds it idle.
-            if park && self.idle() && !self.client.is_tls() && self.inbox.is_none() {
+            if park != Park::Never && self.may_park() {
                 if self.nudged {
                     return Ok(Waited::Park);
                 }
                 self.nudged = true;
             }
+            park = park.min(Park::AtTick);
         }
     }
 
@@ -382,7 +422,12 @@ impl Session {
     /// state stays with its socket), nothing held or buffered, no LISTEN (notifications wake
     /// it), not warm.
     fn parkable(&self) -> bool {
-        !self.client.is_tls() && self.inbox.is_none() && self.warm.slot.is_none() && self.idle()
+        self.warm.slot.is_none() && self.may_park()
+    }
+
+    /// [`Session::parkable`] but for a warm slot, which a warm session gives up to be parked.
+    fn may_park(&self) -> bool {
+        !self.client.is_tls() && self.inbox.is_none() && self.idle()
     }
 
     /// Relays client and server traffic until the client holds no server and has nothing
