@@ -239,6 +239,8 @@ impl Session {
                 // Back from the lot, it is not fresh: it waits a whole tick to park again
                 // (its socket may not look readable before the runtime has polled it).
                 self.nudged = false;
+                // A warm session's buffers stay behind: a parked one carries none.
+                self.relay.end_round(Keep::None);
                 return Ran::Parked;
             }
             Ok(Stop::Quit) => Ok(()),

@@ -597,6 +597,7 @@ impl Relay {
             }
         }
         self.client.free_out = keep == Keep::None && !self.client.cout.is_empty();
+        self.batch.retry.free_spare(above);
     }
 
     /// Counts the transaction that ends now; returns the clock read it used.

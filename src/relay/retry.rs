@@ -7,6 +7,7 @@
 //! And only one that describes what it runs (a Describe in the batch): a client that executes
 //! on a row description it keeps from earlier must see the error, as it would directly.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,18 +19,21 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend as f, sqlstate};
 use crate::server::{Owed, Request, ServerState};
 
-/// One thing of the recorded batch, in order.
+/// One thing of the recorded batch, in order. Messages are ranges of [`Recording::sent`].
 #[derive(Debug)]
 pub(super) enum LogItem {
     /// Bytes sent to the server, and what the server owes for them.
-    Sent { bytes: Bytes, req: Option<Request> },
+    Sent {
+        at: Range<usize>,
+        req: Option<Request>,
+    },
     /// An answer of the pooler's, in its place.
     Answer(Owed),
     /// A client's Close of a tracked statement sent to the server (renamed): on a resend it
     /// closes the statement again, which the failed first attempt brought back.
     Close {
-        bytes: Bytes,
-        name: Bytes,
+        at: Range<usize>,
+        name: Range<usize>,
         kept: Arc<Kept>,
     },
 }
@@ -46,13 +50,14 @@ impl LogItem {
     }
 }
 
-/// A batch being recorded (boxed: most sessions never record one).
+/// A batch being recorded: its messages copied one after the other into `sent`. Boxed (most
+/// sessions never record one); kept from batch to batch while the session keeps its buffers
+/// (a warm session), so a tracked transaction copies its messages without allocating.
 #[derive(Debug)]
 pub(super) struct Recording {
-    kept: Arc<Kept>,
+    kept: Option<Arc<Kept>>,
     log: Vec<LogItem>,
-    /// Bytes of the messages kept in `log`.
-    bytes: usize,
+    sent: Vec<u8>,
     synced: bool,
 }
 
@@ -62,23 +67,30 @@ const MAX_LOG_ITEMS: usize = 1000;
 const MAX_LOG_BYTES: usize = 1 << 20;
 
 impl Recording {
-    fn is_full(&self) -> bool {
-        self.log.len() >= MAX_LOG_ITEMS || self.bytes > MAX_LOG_BYTES
+    /// Whether `more` bytes would take the batch past its bounds.
+    fn is_full(&self, more: usize) -> bool {
+        self.log.len() >= MAX_LOG_ITEMS || self.sent.len() + more > MAX_LOG_BYTES
+    }
+
+    /// Copies `msg` into `sent`; returns where it is.
+    fn copy(&mut self, msg: &[u8]) -> Range<usize> {
+        let start = self.sent.len();
+        self.sent.extend_from_slice(msg);
+        start..self.sent.len()
     }
 }
 
 /// A held plan-change error and the batch to resend.
 #[derive(Debug)]
 pub(super) struct Failed {
-    kept: Arc<Kept>,
-    log: Vec<LogItem>,
+    rec: Box<Recording>,
     error: Bytes,
     resend_ok: bool,
 }
 
-/// The retry's state for the current batch.
+/// Where the retry stands in the current batch.
 #[derive(Debug, Default)]
-pub(super) enum PlanRetry {
+enum Phase {
     /// Nothing recorded in this batch yet.
     #[default]
     Idle,
@@ -91,65 +103,105 @@ pub(super) enum PlanRetry {
     Off,
 }
 
+/// The retry's state for the current batch, and the recording a finished batch left (its
+/// buffers are used again by the next one).
+#[derive(Debug, Default)]
+pub(super) struct PlanRetry {
+    phase: Phase,
+    spare: Option<Box<Recording>>,
+}
+
 impl PlanRetry {
     /// A tracked Bind was sent; `clean`: nothing was executed earlier in this batch.
     pub(super) fn start(&mut self, kept: &Arc<Kept>, bind: &[u8], clean: bool) {
-        match self {
-            PlanRetry::Idle if clean => {
-                *self = PlanRetry::Recording(Box::new(Recording {
-                    kept: kept.clone(),
-                    log: vec![LogItem::Sent {
-                        bytes: Bytes::copy_from_slice(bind),
-                        req: Some(Request::Bind),
-                    }],
-                    bytes: bind.len(),
-                    synced: false,
-                }))
+        match &mut self.phase {
+            Phase::Idle if clean => {
+                let mut rec = self.spare.take().unwrap_or_else(|| {
+                    Box::new(Recording {
+                        kept: None,
+                        log: Vec::new(),
+                        sent: Vec::new(),
+                        synced: false,
+                    })
+                });
+                rec.kept = Some(kept.clone());
+                let at = rec.copy(bind);
+                rec.log.push(LogItem::Sent {
+                    at,
+                    req: Some(Request::Bind),
+                });
+                self.phase = Phase::Recording(rec);
             }
-            PlanRetry::Failed(f) => f.resend_ok = false,
-            _ => *self = PlanRetry::Off,
+            Phase::Failed(f) => f.resend_ok = false,
+            _ => self.off(),
         }
     }
 
     pub(super) fn disable(&mut self) {
-        match self {
-            PlanRetry::Idle | PlanRetry::Off => {}
-            PlanRetry::Failed(f) => f.resend_ok = false,
-            PlanRetry::Recording(_) => *self = PlanRetry::Off,
+        match &mut self.phase {
+            Phase::Idle | Phase::Off => {}
+            Phase::Failed(f) => f.resend_ok = false,
+            Phase::Recording(_) => self.off(),
+        }
+    }
+
+    /// Not eligible in this batch: a recording's buffers are kept for the next one.
+    fn off(&mut self) {
+        if let Phase::Recording(rec) = std::mem::replace(&mut self.phase, Phase::Off) {
+            self.shelve(rec);
+        }
+    }
+
+    /// Keeps `rec`'s buffers, emptied, for the next batch.
+    fn shelve(&mut self, mut rec: Box<Recording>) {
+        rec.kept = None;
+        rec.log.clear();
+        rec.sent.clear();
+        rec.synced = false;
+        self.spare = Some(rec);
+    }
+
+    /// Frees the kept buffers if they hold more than `keep_up_to` bytes: a warm session keeps
+    /// them up to a bound between transactions, any other keeps none (0).
+    pub(super) fn free_spare(&mut self, keep_up_to: usize) {
+        if self
+            .spare
+            .as_ref()
+            .is_some_and(|r| keep_up_to == 0 || r.sent.capacity() > keep_up_to)
+        {
+            self.spare = None;
         }
     }
 
     /// Keeps a message sent in a batch being recorded.
     pub(super) fn record(&mut self, msg: &[u8], req: Option<Request>) {
-        match self {
-            PlanRetry::Recording(r) => {
-                r.bytes += msg.len();
-                if r.synced || req == Some(Request::Query) || r.is_full() {
-                    *self = PlanRetry::Off;
+        match &mut self.phase {
+            Phase::Recording(r) => {
+                if r.synced || req == Some(Request::Query) || r.is_full(msg.len()) {
+                    self.off();
                     return;
                 }
-                r.log.push(LogItem::Sent {
-                    bytes: Bytes::copy_from_slice(msg),
-                    req,
-                });
+                let at = r.copy(msg);
+                r.log.push(LogItem::Sent { at, req });
                 r.synced = req == Some(Request::Sync);
             }
-            PlanRetry::Failed(f) => f.resend_ok = false,
-            PlanRetry::Idle | PlanRetry::Off => {}
+            Phase::Failed(f) => f.resend_ok = false,
+            Phase::Idle | Phase::Off => {}
         }
     }
 
     /// Keeps a client's Close of tracked statement `kept` (sent renamed as `msg`).
     pub(super) fn record_close(&mut self, msg: &[u8], name: &[u8], kept: &Arc<Kept>) {
-        if let PlanRetry::Recording(r) = self {
-            r.bytes += msg.len();
-            if r.synced || r.is_full() {
-                *self = PlanRetry::Off;
+        if let Phase::Recording(r) = &mut self.phase {
+            if r.synced || r.is_full(msg.len() + name.len()) {
+                self.off();
                 return;
             }
+            let at = r.copy(msg);
+            let name = r.copy(name);
             r.log.push(LogItem::Close {
-                bytes: Bytes::copy_from_slice(msg),
-                name: Bytes::copy_from_slice(name),
+                at,
+                name,
                 kept: kept.clone(),
             });
         } else {
@@ -159,9 +211,9 @@ impl PlanRetry {
 
     /// Keeps an answer of the pooler's queued in a batch being recorded.
     pub(super) fn record_answer(&mut self, o: &Owed) {
-        if let PlanRetry::Recording(r) = self {
-            if r.synced || r.is_full() {
-                *self = PlanRetry::Off;
+        if let Phase::Recording(r) = &mut self.phase {
+            if r.synced || r.is_full(0) {
+                self.off();
                 return;
             }
             r.log.push(LogItem::Answer(o.clone()));
@@ -175,17 +227,17 @@ impl PlanRetry {
         // new RowDescription. One that binds and executes on a description it keeps (asyncpg,
         // tokio-postgres) would decode the new rows with the old types; it gets the 0A000, as
         // directly, and prepares again.
-        let eligible = matches!(self, PlanRetry::Recording(r)
-            if r.synced && r.kept.id == id && r.log.iter().any(LogItem::describes));
+        let eligible = matches!(&self.phase, Phase::Recording(r)
+            if r.synced
+                && r.kept.as_ref().is_some_and(|k| k.id == id)
+                && r.log.iter().any(LogItem::describes));
         let Some(error) = error.filter(|e| eligible && is_plan_change(e)) else {
             self.disable();
             return false;
         };
-        if let PlanRetry::Recording(r) = std::mem::take(self) {
-            let Recording { kept, log, .. } = *r;
-            *self = PlanRetry::Failed(Box::new(Failed {
-                kept,
-                log,
+        if let Phase::Recording(rec) = std::mem::take(&mut self.phase) {
+            self.phase = Phase::Failed(Box::new(Failed {
+                rec,
                 error: Bytes::copy_from_slice(error),
                 resend_ok: true,
             }));
@@ -205,35 +257,42 @@ fn is_plan_change(error: &[u8]) -> bool {
 impl Relay {
     /// Whether [`Relay::settle_retry`] may write a held error to the client.
     pub(super) fn retry_holds_error(&self) -> bool {
-        matches!(self.batch.retry, PlanRetry::Failed(_))
+        matches!(self.batch.retry.phase, Phase::Failed(_))
     }
 
     /// At the batch's ReadyForQuery: retry if a plan-change error is held, the client is not
     /// in a transaction and nothing came after the batch (then the ReadyForQuery is swallowed:
     /// returns true); otherwise deliver the held error before it. Resets for the next batch.
     pub(super) fn settle_retry(&mut self, srv: &mut ServerState, status: u8) -> bool {
-        match std::mem::take(&mut self.batch.retry) {
-            PlanRetry::Failed(f) => {
+        match std::mem::take(&mut self.batch.retry.phase) {
+            Phase::Failed(f) => {
                 let Failed {
-                    kept,
-                    log,
+                    rec,
                     error,
                     resend_ok,
                 } = *f;
-                if status == backend::TX_IDLE && resend_ok {
-                    self.resend(srv, &kept, log);
-                    self.batch.retry = PlanRetry::Off;
-                    true
+                let retried = status == backend::TX_IDLE && resend_ok;
+                if retried {
+                    self.resend(srv, &rec);
+                    self.batch.retry.phase = Phase::Off;
                 } else {
                     self.client.cout.extend_from_slice(&error);
-                    false
                 }
+                self.batch.retry.shelve(rec);
+                retried
             }
-            _ => false,
+            Phase::Recording(rec) => {
+                self.batch.retry.shelve(rec);
+                false
+            }
+            Phase::Idle | Phase::Off => false,
         }
     }
 
-    fn resend(&mut self, srv: &mut ServerState, kept: &Arc<Kept>, log: Vec<LogItem>) {
+    fn resend(&mut self, srv: &mut ServerState, rec: &Recording) {
+        let Some(kept) = rec.kept.as_ref() else {
+            return;
+        };
         self.metrics.prepared.plan_retries.inc();
         tracing::info!(
             client = self.id,
@@ -255,23 +314,31 @@ impl Relay {
             id: kept.id,
         };
         self.send_parse(srv, kept, &client_name, replay, false);
-        for item in log {
+        for item in &rec.log {
             match item {
-                LogItem::Sent { bytes, req } => {
-                    self.sout.extend_from_slice(&bytes);
+                LogItem::Sent { at, req } => {
+                    self.sout.extend_from_slice(&rec.sent[at.clone()]);
                     if let Some(r) = req {
-                        self.owe(srv, Owed::Client(r));
+                        self.owe(srv, Owed::Client(*r));
                     }
                 }
-                LogItem::Answer(o) => self.owe(srv, o),
-                LogItem::Close { bytes, name, kept } => {
-                    if self.statements.get(&name).is_some_and(|k| k.id == kept.id) {
-                        self.statements.remove(&name);
+                LogItem::Answer(o) => self.owe(srv, o.clone()),
+                LogItem::Close { at, name, kept } => {
+                    let name = &rec.sent[name.clone()];
+                    if self.statements.get(name).is_some_and(|k| k.id == kept.id) {
+                        self.statements.remove(name);
                     }
                     let had = srv.statements.held(&kept.server_name);
                     srv.statements.remove(&kept.server_name);
-                    self.sout.extend_from_slice(&bytes);
-                    self.owe(srv, Owed::ClientClose { name, kept, had });
+                    self.sout.extend_from_slice(&rec.sent[at.clone()]);
+                    self.owe(
+                        srv,
+                        Owed::ClientClose {
+                            name: Bytes::copy_from_slice(name),
+                            kept: kept.clone(),
+                            had,
+                        },
+                    );
                 }
             }
         }

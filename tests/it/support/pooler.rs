@@ -75,23 +75,33 @@ impl Pooler {
     /// Like [`Pooler::start_with_config`], logging in to servers on `server_port` instead of
     /// a harness PostgreSQL (a scripted peer, say).
     pub fn start_for_server(server_port: u16, yaml: &str) -> Pooler {
-        Pooler::start_on(Some(server_port), Some(yaml), &[])
+        Pooler::start_on(Some(server_port), Some(yaml), &[], &[])
     }
 
     /// Like [`Pooler::start_with_config`] without `--server-port`: the YAML names the
     /// servers (`server.hosts`, `databases:`).
     pub fn start_with_hosts(yaml: &str) -> Pooler {
-        Pooler::start_on(None, Some(yaml), &[])
+        Pooler::start_on(None, Some(yaml), &[], &[])
     }
 
     fn start_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
-        Pooler::start_on(Some(pg.port), yaml, args)
+        Pooler::start_on(Some(pg.port), yaml, args, &[])
     }
 
-    fn start_on(server_port: Option<u16>, yaml: Option<&str>, args: &[&str]) -> Pooler {
+    /// [`Pooler::start_with_config`] with `env` set for the pooler's process.
+    pub fn start_with_env(pg: &PgServer, yaml: &str, env: &[(&str, &str)]) -> Pooler {
+        Pooler::start_on(Some(pg.port), Some(yaml), &[], env)
+    }
+
+    fn start_on(
+        server_port: Option<u16>,
+        yaml: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Pooler {
         let mut attempt = 1;
         loop {
-            let pooler = Pooler::spawn_on(server_port, yaml, args);
+            let pooler = Pooler::spawn_on(server_port, yaml, args, env);
             if pooler.wait_for_prefix_quiet(LISTENING_PREFIX, START_TIMEOUT) {
                 return pooler;
             }
@@ -127,10 +137,15 @@ impl Pooler {
     }
 
     fn spawn_inner(pg: &PgServer, yaml: Option<&str>, args: &[&str]) -> Pooler {
-        Pooler::spawn_on(Some(pg.port), yaml, args)
+        Pooler::spawn_on(Some(pg.port), yaml, args, &[])
     }
 
-    fn spawn_on(server_port: Option<u16>, yaml: Option<&str>, args: &[&str]) -> Pooler {
+    fn spawn_on(
+        server_port: Option<u16>,
+        yaml: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Pooler {
         let port = free_port();
         let admin_port = free_port();
         let mut full: Vec<String> = vec![
@@ -157,7 +172,7 @@ impl Pooler {
             path
         });
         full.extend(args.iter().map(|a| a.to_string()));
-        let mut p = Pooler::launch(dir, port, config_path, &full);
+        let mut p = Pooler::launch(dir, port, config_path, &full, env);
         p.admin_port = admin_port;
         p
     }
@@ -166,7 +181,7 @@ impl Pooler {
     /// `port` is only what [`Pooler::port`] and the connect helpers use.
     pub fn spawn_raw(port: u16, args: &[&str]) -> Pooler {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        Pooler::launch(new_dir(), port, None, &args)
+        Pooler::launch(new_dir(), port, None, &args, &[])
     }
 
     fn launch(
@@ -174,12 +189,14 @@ impl Pooler {
         port: u16,
         config_path: Option<PathBuf>,
         args: &[String],
+        env: &[(&str, &str)],
     ) -> Pooler {
         let stderr_path = dir.path().join("stderr.log");
         let stderr = File::create(&stderr_path).expect("create pooler stderr file");
         let mut child = Command::new(BIN)
             .args(args)
             .env("RUST_BACKTRACE", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
