@@ -65,6 +65,9 @@ pub(super) struct Recording {
 /// plan-change error goes to the client, so the log cannot grow with what a client sends.
 const MAX_LOG_ITEMS: usize = 1000;
 const MAX_LOG_BYTES: usize = 1 << 20;
+/// The largest recording kept from one batch for the next.
+const SPARE_BYTES: usize = 8 * 1024;
+const SPARE_ITEMS: usize = 16;
 
 impl Recording {
     /// Whether `more` bytes would take the batch past its bounds.
@@ -152,8 +155,12 @@ impl PlanRetry {
         }
     }
 
-    /// Keeps `rec`'s buffers, emptied, for the next batch.
+    /// Keeps `rec`'s buffers, emptied, for the next batch, unless a large batch grew them (a
+    /// session holding its server never gets to free them between transactions).
     fn shelve(&mut self, mut rec: Box<Recording>) {
+        if rec.sent.capacity() > SPARE_BYTES || rec.log.capacity() > SPARE_ITEMS {
+            return;
+        }
         rec.kept = None;
         rec.log.clear();
         rec.sent.clear();
@@ -352,4 +359,103 @@ fn client_name(server_name: &[u8], client: u64) -> Vec<u8> {
         .strip_prefix(prefix.as_bytes())
         .unwrap_or(server_name)
         .to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    fn kept(id: u64) -> Arc<Kept> {
+        Arc::new(Kept {
+            id,
+            server_name: Bytes::from_static(b"p1_s"),
+            parse: Bytes::new(),
+            confirmed: AtomicBool::new(true),
+            needs: None,
+            subscribes: false,
+            signal: None,
+            unseen: None,
+        })
+    }
+
+    /// Bind, Describe, Execute, Sync of one batch, recorded; the batch then ends.
+    fn batch(r: &mut PlanRetry, k: &Arc<Kept>, bind: &[u8]) {
+        r.start(k, bind, true);
+        r.record(b"D-portal", Some(Request::Describe));
+        r.record(b"E-exec", Some(Request::Execute));
+        r.record(b"S", Some(Request::Sync));
+        match std::mem::take(&mut r.phase) {
+            Phase::Recording(rec) => r.shelve(rec),
+            other => panic!("not recording: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_recording_serves_batch_after_batch() {
+        let k = kept(7);
+        let mut r = PlanRetry::default();
+        batch(&mut r, &k, b"B-first");
+        let first = r.spare.as_ref().map(|b| &**b as *const Recording);
+        assert!(first.is_some(), "the recording is kept");
+        r.start(&k, b"B-second", true);
+        let Phase::Recording(rec) = &r.phase else {
+            panic!("not recording");
+        };
+        assert_eq!(
+            Some(&**rec as *const Recording),
+            first,
+            "the same box again"
+        );
+        // Emptied when kept: the second batch starts from its own Bind.
+        assert_eq!(rec.sent, b"B-second");
+        assert_eq!(rec.log.len(), 1);
+        assert!(rec.kept.as_ref().is_some_and(|x| x.id == 7));
+        assert!(r.spare.is_none());
+    }
+
+    #[test]
+    fn a_large_recording_is_not_kept_and_spares_follow_the_buffers() {
+        let k = kept(1);
+        let mut r = PlanRetry::default();
+        batch(&mut r, &k, &vec![b'x'; SPARE_BYTES + 1]);
+        assert!(r.spare.is_none(), "a large recording is freed");
+        batch(&mut r, &k, b"B-small");
+        assert!(r.spare.is_some());
+        // Nothing holds the statement once the batch is over.
+        assert_eq!(Arc::strong_count(&k), 1);
+        // A warm session keeps it up to its bound; any other frees it with its buffers.
+        r.free_spare(64 * 1024);
+        assert!(r.spare.is_some());
+        r.free_spare(0);
+        assert!(r.spare.is_none());
+    }
+
+    #[test]
+    fn recorded_messages_are_the_ones_sent() {
+        let k = kept(3);
+        let mut r = PlanRetry::default();
+        r.start(&k, b"B-1", true);
+        r.record_close(b"C-close", b"name", &k);
+        r.record(b"S", Some(Request::Sync));
+        let Phase::Recording(rec) = &r.phase else {
+            panic!("not recording");
+        };
+        let parts: Vec<&[u8]> = rec
+            .log
+            .iter()
+            .flat_map(|item| match item {
+                LogItem::Sent { at, .. } => vec![&rec.sent[at.clone()]],
+                LogItem::Close { at, name, .. } => {
+                    vec![&rec.sent[at.clone()], &rec.sent[name.clone()]]
+                }
+                LogItem::Answer(_) => vec![],
+            })
+            .collect();
+        assert_eq!(
+            parts,
+            [&b"B-1"[..], &b"C-close"[..], &b"name"[..], &b"S"[..]]
+        );
+    }
 }
