@@ -141,7 +141,7 @@ async fn kill_client_reaches_a_parked_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_costs_at_most_one_kib() {
     let bound = if cfg!(debug_assertions) { 1.2 } else { 1.0 };
-    let per = idle_growth(&start(""), 1000, 4000, None).await;
+    let per = idle_growth(&start(""), 1000, &[4000], None).await[0];
     assert!(per > 0.3, "{per:.3} KiB per client measured nothing");
     assert!(
         per <= bound,
@@ -152,17 +152,30 @@ async fn an_idle_client_costs_at_most_one_kib() {
 /// A warm session keeps its buffers between transactions (up to 64 KiB each); parked, it
 /// keeps none. Each client reads a 30 kB value first: parked with their buffers, they read
 /// 17 KiB each; without, under 2. The purge delay is zero so the reading is what the pooler
-/// holds, not the freed buffers the allocator keeps for a while.
+/// holds, not the freed buffers the allocator keeps for a while. Even so, a batch can read
+/// high (one CI run read 18 KiB per client; here, with parked sessions checked to hold no
+/// buffer, single batches read −3.6 to 9): three batches are measured and the least growth
+/// is held to the bound. Kept buffers are in every batch (with the fix reverted, the least
+/// of three read 13.9 and 14.7).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_worked_are_parked_without_their_buffers() {
     let p = start_env("", &[("MIMALLOC_PURGE_DELAY", "0")]);
-    let per = idle_growth(&p, 100, 400, Some("select repeat('x', 30000)")).await;
-    assert!(per <= 8.0, "{per:.3} KiB per parked client, want at most 8");
+    let per = idle_growth(&p, 100, &[400, 400, 400], Some("select repeat('x', 30000)")).await;
+    let least = per.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        least <= 8.0,
+        "{per:.3?} KiB per parked client, want at most 8 in one batch"
+    );
 }
 
 /// Opens `first` clients (each runs `sql` once, if any), waits until they are parked, then
-/// `then` more; returns the pooler's VmRSS growth per client of the second batch.
-async fn idle_growth(p: &Pooler, first: usize, then: usize, sql: Option<&'static str>) -> f64 {
+/// each batch of `then` in turn; returns the pooler's VmRSS growth per client of each batch.
+async fn idle_growth(
+    p: &Pooler,
+    first: usize,
+    then: &[usize],
+    sql: Option<&'static str>,
+) -> Vec<f64> {
     async fn open(port: u16, n: usize, sql: Option<&'static str>) -> Vec<Raw> {
         let mut out = Vec::with_capacity(n);
         for chunk in 0..n.div_ceil(20) {
@@ -201,12 +214,19 @@ async fn idle_growth(p: &Pooler, first: usize, then: usize, sql: Option<&'static
     }
     let mut all = open(p.port(), first, sql).await;
     until_parked(p, first, 10).await;
-    let before = settled(p.pid()).await;
-    all.extend(open(p.port(), then, sql).await);
-    until_parked(p, first + then, 15).await;
-    let after = settled(p.pid()).await;
-    let per = (after as f64 - before as f64) / then as f64;
-    eprintln!("idle clients (ran {sql:?}): VmRSS {before} -> {after} KiB, {per:.3} KiB per client");
+    let mut before = settled(p.pid()).await;
+    let mut out = Vec::with_capacity(then.len());
+    for &n in then {
+        all.extend(open(p.port(), n, sql).await);
+        until_parked(p, all.len(), 15).await;
+        let after = settled(p.pid()).await;
+        let per = (after as f64 - before as f64) / n as f64;
+        eprintln!(
+            "idle clients (ran {sql:?}): VmRSS {before} -> {after} KiB, {per:.3} KiB per client"
+        );
+        out.push(per);
+        before = after;
+    }
     drop(all);
-    per
+    out
 }
