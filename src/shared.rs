@@ -63,7 +63,7 @@ impl Shared {
             counters.clone(),
             metrics.clone(),
             tls.clone(),
-            lifecycle.ticks.clone(),
+            lifecycle.clone(),
         ));
         let collector = SnapshotCollector::new(Arc::downgrade(&pools), pgbouncer_names);
         if let Err(e) = metrics.registry.register(Box::new(collector)) {

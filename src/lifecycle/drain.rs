@@ -1,11 +1,16 @@
 //! The drain, held in one place: its state (an enum that only moves forward, and that the
 //! `droidpool_drain_state` gauge follows), and what each task waits on to end, one handle per
 //! task in the manner of mini-redis's `Shutdown`: a [`Shutdown`] for the pooler's own loops
-//! (accepting, heartbeats, reload), a [`ClientShutdown`] that every client task watches.
+//! (accepting, heartbeats, reload), a [`ClientShutdown`] that every client task watches, and
+//! for the pools a token cancelled when the pooler stops ([`Drain::pool_token`]) beside the
+//! drain's begun flag they read on every checkin.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use prometheus::IntGauge;
 use tokio::sync::futures::Notified;
 use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
 
 use super::signal::{Signal, Watch};
 
@@ -41,6 +46,10 @@ pub struct Drain {
     /// `droidpool_drain_state`: set only where the state moves.
     gauge: IntGauge,
     clients: ClientShutdown,
+    /// `state` is past `Serving`: read on every checkin, where the watch takes a lock.
+    begun: AtomicBool,
+    /// Cancelled when the pooler stops: every pool's own token is a child of it.
+    stopped: CancellationToken,
 }
 
 impl Drain {
@@ -51,6 +60,8 @@ impl Drain {
             state: watch::Sender::new(DrainState::Serving),
             gauge,
             clients: ClientShutdown::default(),
+            begun: AtomicBool::new(false),
+            stopped: CancellationToken::new(),
         }
     }
 
@@ -60,7 +71,7 @@ impl Drain {
 
     /// Whether a drain has begun (it is never undone).
     pub fn is_draining(&self) -> bool {
-        self.state() != DrainState::Serving
+        self.begun.load(Ordering::Acquire)
     }
 
     /// Moves the state forward to `to` (never back), the gauge with it.
@@ -69,6 +80,8 @@ impl Drain {
             let forward = to > *s;
             if forward {
                 *s = to;
+                // Before the watchers are woken: one that wakes reads it set.
+                self.begun.store(true, Ordering::Release);
             }
             forward
         });
@@ -97,9 +110,16 @@ impl Drain {
         self.clients.close_idle.fire();
     }
 
-    /// The pooler has stopped: the loops holding a [`Shutdown`] end.
+    /// The pooler has stopped: the loops holding a [`Shutdown`] end, and so do the pools'.
     pub fn stop(&self) {
         self.advance(DrainState::Stopped);
+        self.stopped.cancel();
+    }
+
+    /// A pool's own token: cancelled when the pooler stops, or by the pool alone when it is
+    /// retired.
+    pub fn pool_token(&self) -> CancellationToken {
+        self.stopped.child_token()
     }
 
     /// A handle for one of the pooler's own loops.
@@ -203,6 +223,7 @@ mod tests {
     async fn the_state_moves_forward_and_the_gauge_follows() {
         let gauge = IntGauge::new("drain_state", "test").unwrap();
         let drain = Drain::new(gauge.clone());
+        assert!(!drain.is_draining());
         let mut early = drain.shutdown();
         let waiting = tokio::spawn(async move {
             early.draining().await;
@@ -214,8 +235,11 @@ mod tests {
         assert!(!drain.clients().is_closing());
         drain.begin();
         assert_eq!((drain.state(), gauge.get()), (DrainState::Closing, 2));
+        let pool = drain.pool_token();
+        assert!(drain.is_draining() && !pool.is_cancelled());
         drain.stop();
         assert_eq!((drain.state(), gauge.get()), (DrainState::Stopped, 3));
+        assert!(pool.is_cancelled(), "the stop reaches every pool");
         tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("the handle saw the drain begin and the pooler stop")

@@ -100,14 +100,12 @@ pub struct PoolDeps {
     pub events: Events,
     pub counters: Arc<Counters>,
     pub metrics: Arc<Metrics>,
-    pub shutdown: CancellationToken,
     pub backend: Arc<Backend>,
-    /// The pooler is draining (shared by all pools).
-    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The pooler's lifecycle: its drain (servers go back as clients leave), its stop (the
+    /// pool's tasks end) and its ticks (when the pool's upkeep runs).
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// The limits this pool shares with others (its database's, its user's).
     pub limits: Vec<Arc<Limit>>,
-    /// When its upkeep runs.
-    pub ticks: crate::lifecycle::Ticks,
 }
 
 /// A client queued for a server, since when (for `maxwait`) and until when.
@@ -204,9 +202,10 @@ struct PoolInner {
     events: Events,
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
+    /// Cancelled when the pooler stops or this pool is retired: its tasks end.
     shutdown: CancellationToken,
     backend: Arc<Backend>,
-    draining: Arc<std::sync::atomic::AtomicBool>,
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
     name_arc: Arc<str>,
     /// Whether the last server login succeeded.
     login_ok: std::sync::atomic::AtomicBool,
@@ -249,12 +248,11 @@ impl Pool {
             events,
             counters,
             metrics,
-            shutdown,
             backend,
-            draining,
+            lifecycle,
             limits,
-            ticks,
         } = deps;
+        let ticks = lifecycle.ticks.clone();
         let pool = Pool {
             inner: Arc::new(PoolInner {
                 name: format!("{}/{}", key.database, key.user),
@@ -268,9 +266,9 @@ impl Pool {
                 events,
                 counters,
                 metrics,
-                shutdown,
+                shutdown: lifecycle.drain.pool_token(),
                 backend,
-                draining,
+                lifecycle,
                 name_arc: Arc::from(format!("{}/{}", key.database, key.user)),
                 login_ok: std::sync::atomic::AtomicBool::new(true),
                 clients: AtomicI64::new(0),
@@ -472,7 +470,7 @@ impl Pool {
 
     /// Whether the pooler is draining (its servers then go back as clients leave).
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::Acquire)
+        self.inner.lifecycle.is_draining()
     }
 
     fn attached_clients(&self) -> i64 {

@@ -1,16 +1,14 @@
 //! The set of pools, keyed by (database, user), created on first use.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-use tokio_util::sync::CancellationToken;
 
 use super::settings::{default_hosts, resolve, Resolved, RouteSpec};
 use super::{Backend, Limit, LimitKind, Pool, PoolDeps, PoolSettings, Route};
 use crate::config::{Config, ConfigCell};
 use crate::counters::Counters;
 use crate::events::Events;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, PoolSnapshot, SnapshotSource};
 use crate::server::{LearnedSecrets, SecretCell, ServerSecret, ServerTarget, TargetSecret};
 
@@ -29,14 +27,11 @@ pub struct Pools {
     events: Events,
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
-    /// Every pool's own token is a child of this one ([`Pools::shut_down`] cancels it).
-    shutdown: CancellationToken,
+    /// The pooler's drain and stop, which every pool follows, and its ticks.
+    lifecycle: Arc<Lifecycle>,
     backend: Arc<Backend>,
     tls: Arc<crate::net::TlsCell>,
     map: Mutex<HashMap<PoolKey, Pool>>,
-    /// Set when the pooler starts draining: every pool, also one made later, gives its
-    /// servers back (see `Pool::checkin_at`).
-    draining: Arc<AtomicBool>,
     /// The auth_query lookup pool (auth database, auth user): kept apart from the clients'
     /// pools, sized by `auth.auth_pool_size`.
     lookups: Mutex<HashMap<PoolKey, Pool>>,
@@ -49,8 +44,6 @@ pub struct Pools {
     /// The limits pools share, by database and by user: kept while a pool counts against
     /// them (whether or not a limit is set, so setting one by reload counts what is open).
     limits: Mutex<SharedLimits>,
-    /// When each pool's upkeep runs.
-    ticks: crate::lifecycle::Ticks,
 }
 
 #[derive(Default)]
@@ -103,11 +96,11 @@ impl Pools {
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
         tls: Arc<crate::net::TlsCell>,
-        ticks: crate::lifecycle::Ticks,
+        lifecycle: Arc<Lifecycle>,
     ) -> Self {
         let cfg = config.load();
         Pools {
-            ticks,
+            lifecycle,
             tls,
             backend: Arc::new(Backend::from_config(&cfg)),
             server_password: SecretCell::new(cfg.server.password.clone()),
@@ -116,9 +109,7 @@ impl Pools {
             events,
             counters,
             metrics,
-            shutdown: CancellationToken::new(),
             map: Mutex::new(HashMap::new()),
-            draining: Arc::new(AtomicBool::new(false)),
             lookups: Mutex::new(HashMap::new()),
             learned: Arc::default(),
             limits: Mutex::default(),
@@ -132,10 +123,8 @@ impl Pools {
             events: self.events,
             counters: self.counters.clone(),
             metrics: self.metrics.clone(),
-            shutdown: self.shutdown.child_token(),
             backend: self.backend.clone(),
-            draining: self.draining.clone(),
-            ticks: self.ticks.clone(),
+            lifecycle: self.lifecycle.clone(),
         }
     }
 
@@ -160,11 +149,12 @@ impl Pools {
         }
     }
 
-    /// The drain began: servers are closed as soon as no client needs them (idle ones now),
-    /// so a terminating pooler stops holding connections that count against the budget
-    /// while its last clients finish.
+    /// The drain began: servers are closed as soon as no client needs them (idle ones now;
+    /// the others as their clients leave, every pool seeing the lifecycle's drain), so a
+    /// terminating pooler stops holding connections that count against the budget while its
+    /// last clients finish.
     pub async fn begin_drain(&self) {
-        self.draining.store(true, Ordering::Release);
+        debug_assert!(self.lifecycle.is_draining());
         self.close_all().await;
     }
 
@@ -263,10 +253,11 @@ impl Pools {
         Some(pool)
     }
 
-    /// The pooler stops: every pool's maintenance ends (waiters are answered, servers checked
-    /// in from now on are closed), and every idle server is closed politely.
+    /// The pooler has stopped (its lifecycle's stop ended every pool's maintenance: waiters
+    /// are answered, servers checked in from now on are closed): every idle server is closed
+    /// politely.
     pub async fn shut_down(&self) {
-        self.shutdown.cancel();
+        debug_assert!(self.lifecycle.drain.pool_token().is_cancelled());
         self.close_all().await;
     }
 

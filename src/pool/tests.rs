@@ -48,11 +48,11 @@ fn stuck_pool(listener: &std::net::TcpListener, max_waiting: usize) -> Pool {
             events: Events::new(crate::config::EventLevel::Off),
             counters: Arc::new(Counters::default()),
             metrics: Arc::new(Metrics::new()),
-            shutdown: CancellationToken::new(),
             backend,
-            draining: Default::default(),
+            lifecycle: Arc::new(crate::lifecycle::Lifecycle::new(
+                prometheus::IntGauge::new("drain_state", "test").unwrap(),
+            )),
             limits: Vec::new(),
-            ticks: crate::lifecycle::Ticks::start(crate::lifecycle::TICK),
         },
     )
 }
