@@ -416,6 +416,8 @@ kn exec client -- psql -h postgres -U app -d app -v ON_ERROR_STOP=1 -qc \
 token=drain-$RANDOM-$RANDOM
 kn logs -f --timestamps "$app_pod" -c droid-pool >"$WORK/drain-sidecar.log" 2>&1 &
 PIDS+=("$!")
+kn logs -f --timestamps "$app_pod" -c app >"$WORK/drain-app.log" 2>&1 &
+PIDS+=("$!")
 kn exec "$app_pod" -c app -- psql -v ON_ERROR_STOP=1 \
   -c "begin; insert into drain_probe (token) values ('$token'); select pg_sleep(6); commit;" \
   -c "select 'after the boundary'" >"$WORK/drain-client.log" 2>&1 &
@@ -468,10 +470,10 @@ done
 # clock: the deletion timestamp less the grace period), exit code and reason. The first line
 # says whether every container ended by itself before the grace period. A container whose
 # end the kubelet never reported (removed before a status sync) counts as ended before the
-# grace period only if the pod was gone before it (a kill comes only at its end), and the
-# sidecar only if its log ends with the pooler's own shutdown line; its exit code is then
-# unknown and said so.
-ended=$(python3 - "$WORK/drain-pod.json" "$WORK/drain-ended.json" "${gone:-}" "$WORK/drain-sidecar.log" <<'PY'
+# grace period only if its own last line says it stopped (the pooler's shutdown line, the
+# app's "app: stopped", which a kill at the grace period's end never prints) at a time, as the
+# kubelet stamped it, before the grace period; its exit code is then unknown and said so.
+ended=$(python3 - "$WORK/drain-pod.json" "$WORK/drain-ended.json" "${gone:-}" "$WORK/drain-sidecar.log" "$WORK/drain-app.log" <<'PY'
 import sys, json, datetime
 def t(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
@@ -485,10 +487,22 @@ try:
 except (OSError, ValueError):
     seen = {}
 gone = float(sys.argv[3]) if sys.argv[3] else None
-try:
-    sidecar_log = open(sys.argv[4]).read()
-except OSError:
-    sidecar_log = ""
+def stop_line(path, marker):
+    # The kubelet's timestamp of the container's line holding `marker`, if any.
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        if marker in text:
+            try:
+                return t(stamp[:26].rstrip("Z") + "+00:00" if "." in stamp else stamp)
+            except ValueError:
+                return None
+    return None
+stops = {"droid-pool": stop_line(sys.argv[4], "[POOL] shutdown:"),
+         "app": stop_line(sys.argv[5], "app: stopped")}
 meta = pod["metadata"]
 if not meta.get("deletionTimestamp"):
     print("late\nthe pod was never marked for deletion")
@@ -500,9 +514,10 @@ statuses = pod.get("status", {}).get("containerStatuses", [])
 for c in statuses:
     term = c.get("state", {}).get("terminated") or seen.get(c["name"])
     if not term or not term.get("finishedAt"):
-        shut_down = c["name"] != "droid-pool" or "[POOL] shutdown:" in sidecar_log
-        if gone is not None and gone < grace and shut_down:
-            out.append(f"{c['name']} ended before the pod was gone at +{gone:.0f}s "
+        stop = stops.get(c["name"])
+        at = (stop - deleted).total_seconds() if stop else None
+        if at is not None and at < grace:
+            out.append(f"{c['name']} stopped +{at:.0f}s by its own last line "
                        "(its end not reported by the kubelet; exit code unknown)")
             continue
         ok = False
