@@ -1,7 +1,7 @@
-//! Taking a server for a client: at once when one is idle and was used recently, else by
-//! waiting in the pool (still noticing the client leaving or a console KILL, and held by
-//! PAUSE), checking a server idle past `server.check_delay`. The relay then brings the
-//! server's session in line with the client's before the client's first message runs there
+//! Taking a server for a client: at once when one is idle, else by waiting in the pool
+//! (still noticing the client leaving or a console KILL, and held by PAUSE). The relay then
+//! checks a server idle past `server.check_delay` (`relay::check`) and brings the server's
+//! session in line with the client's before the client's first message runs there
 //! (`relay::cleanup`).
 
 use std::future::Future;
@@ -15,6 +15,7 @@ use super::session::Session;
 use super::timer::Timer;
 use super::wait::reading_client;
 use crate::pool::CloseReason;
+use crate::relay::Check;
 use crate::server::Server;
 
 /// What [`Session::acquire_now`] leaves for the waiting path.
@@ -22,87 +23,59 @@ pub(super) struct Taken {
     pub(super) started: Instant,
     /// The pid of a server the message in front signals: not to be taken for it.
     pub(super) spare: Option<NonZeroI32>,
-    /// A server taken at once that is due for its idle check.
-    pub(super) conn: Option<Server>,
 }
 
 impl Session {
     /// The common case without a future: an idle server, taken at once. Otherwise hands
-    /// [`Session::acquire`] what it needs: the clock read, and the server taken if it is due
-    /// for its idle check. A message that signals a backend by pid (`spare`, from
+    /// [`Session::acquire`] what it needs: the clock read. A message that signals a backend by pid (`spare`, from
     /// [`crate::relay::Next::NeedServer`]) takes the waiting path, which spares that
     /// backend's server.
     pub(super) fn acquire_now(&mut self, spare: Option<NonZeroI32>) -> Result<(), Taken> {
         let started = Instant::now();
         if spare.is_some() || self.shared.lifecycle.is_paused_for(self.pool.database()) {
-            return Err(Taken {
-                started,
-                spare,
-                conn: None,
-            });
+            return Err(Taken { started, spare });
         }
         match self.pool.try_checkout(started) {
-            // One idle past server.check_delay is checked first, on the waiting path.
-            Some(conn) if !conn.check_due => {
+            Some(conn) => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 Ok(())
             }
-            conn => Err(Taken {
+            None => Err(Taken {
                 started,
                 spare: None,
-                conn,
             }),
         }
     }
 
-    /// Takes a server from the pool (or finishes with the one `taken` holds), waiting if need
-    /// be, still noticing if the client leaves meanwhile.
+    /// Takes a server from the pool, waiting if need be, still noticing if the client leaves
+    /// meanwhile.
     pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
-        let Taken {
-            started,
-            spare,
-            mut conn,
-        } = taken;
-        loop {
-            let c = match conn.take() {
-                Some(c) => c,
-                None => {
-                    // The wait is written out here rather than in a future of its own: most
-                    // transactions wait when clients outnumber servers.
-                    self.check_killed()?;
-                    // The wait for a server (and its deadline) starts after any PAUSE.
-                    let since = if self.shared.lifecycle.is_paused_for(self.pool.database()) {
-                        Box::pin(self.wait_unpaused()).await?
-                    } else {
-                        tokio::time::Instant::from_std(started)
-                    };
-                    // A KILL stops this wait through the ticket (the pool drops the waiter, or
-                    // refuses to queue it once killed): no registration of its own per wait.
-                    let pool = self.pool.clone();
-                    let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
-                    let r = reading_client(&mut self.client, &mut self.relay, checkout).await?;
-                    if self.cancel.is_killed() {
-                        if let Ok(conn) = r {
-                            self.pool.discard(conn, CloseReason::Killed);
-                        }
-                        return Err(ClientError::Killed);
-                    }
-                    r?
-                }
-            };
-            // The common case after a wait, without entering the check's future.
-            if !c.check_due {
-                self.hold_taken(c, started);
-                return Ok(());
+        let Taken { started, spare } = taken;
+        // The wait is written out here rather than in a future of its own: most
+        // transactions wait when clients outnumber servers.
+        self.check_killed()?;
+        // The wait for a server (and its deadline) starts after any PAUSE.
+        let since = if self.shared.lifecycle.is_paused_for(self.pool.database()) {
+            Box::pin(self.wait_unpaused()).await?
+        } else {
+            tokio::time::Instant::from_std(started)
+        };
+        // A KILL stops this wait through the ticket (the pool drops the waiter, or refuses to
+        // queue it once killed): no registration of its own per wait.
+        let pool = self.pool.clone();
+        let r = {
+            let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
+            reading_client(&mut self.client, &mut self.relay, checkout).await?
+        };
+        if self.cancel.is_killed() {
+            if let Ok(conn) = r {
+                self.pool.discard(conn, CloseReason::Killed);
             }
-            // One that fails its check is closed: the next idle server, or a new login. Boxed:
-            // a large future, not due on most waits.
-            if let Some(c) = Box::pin(self.checked(c)).await? {
-                self.hold_taken(c, started);
-                return Ok(());
-            }
+            return Err(ClientError::Killed);
         }
+        self.hold_taken(r?, started);
+        Ok(())
     }
 
     /// Waits out a PAUSE of this client's database (running transactions finish meanwhile),
@@ -139,8 +112,9 @@ impl Session {
         self.hold(conn, now);
     }
 
-    /// Starts holding a server taken (and synced) at `now`, under the pool's policy now (a
-    /// reloaded mode or setting applies from this transaction on).
+    /// Starts holding a server taken at `now`, under the pool's policy now (a reloaded mode
+    /// or setting applies from this transaction on); one the pool flagged idle past
+    /// `server.check_delay` is checked first.
     fn hold(&mut self, mut conn: Server, now: Instant) {
         // The pool publishes its policy (a `users:` entry or a `databases:` alias may set its
         // own mode); read again only when it changed.
@@ -149,9 +123,19 @@ impl Session {
             self.policy_generation = generation;
             policy
         });
+        let cfg = conn.check_due.then(|| self.shared.config.load());
+        conn.check_due = false;
+        // A reload may have turned the check off since the pool flagged the server.
+        let check = cfg
+            .as_deref()
+            .filter(|c| !c.server.check_query.is_empty())
+            .map(|c| Check {
+                sql: &c.server.check_query,
+                within: c.server.connect_timeout,
+            });
         self.relay
-            .hold(&mut conn.state, fresh, now, self.pool.orphans());
-        Timer::configure(&mut self.timer, self.relay.policy().has_timeouts());
+            .hold(&mut conn.state, fresh, now, self.pool.orphans(), check);
+        Timer::configure(&mut self.timer, self.relay.stand(None).timed());
         self.cancel.set(
             conn.addr,
             conn.key,

@@ -1,13 +1,16 @@
-//! The end of a session: the held server goes back (reset first in session mode) or is
-//! closed if it is not idle and in step.
+//! The end of a session: the held server goes back (reset first in session mode, by a task
+//! of its own driving `relay::Reset`) or is closed if it is not idle and in step.
 
 use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
 
 use super::error::ClientError;
 use super::session::Session;
 use crate::pool::{CloseReason, Pool};
-use crate::relay::{Ending, Leave};
-use crate::server::{self, Server};
+use crate::relay::{Ending, Leave, Reset};
+use crate::server::Server;
 
 impl Session {
     /// Ends the session if the console has killed it (`KILL`, `KILL_CLIENT`).
@@ -63,51 +66,37 @@ impl Session {
 }
 
 /// Runs the reset query on a server whose session-mode (or pinned) client left, then
-/// returns it.
+/// returns it; one whose reset fails, or takes more than 10 s, is closed.
 async fn reset_and_checkin(pool: Pool, mut conn: Server, sql: String) {
     let used = pool.resetting();
-    let outcome =
-        tokio::time::timeout(Duration::from_secs(10), server::run_simple(&mut conn, &sql)).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(10), reset(&mut conn, &sql)).await;
     drop(used);
     match outcome {
-        Ok(Ok(())) => {
-            // DISCARD ALL (the default) drops every prepared statement and setting; another
-            // reset query may leave what unseen work did, for the next client's clean-up.
-            let unseen = conn.unseen;
-            conn.reset_as_new();
-            if is_discard_all(&sql) {
-                conn.last_client = 0;
-            } else {
-                conn.unseen = unseen;
-            }
-            pool.checkin(conn)
+        Ok(Ok(())) => pool.checkin(conn),
+        Ok(Err(why)) => {
+            tracing::debug!(server = conn.state.id, error = %why, "the reset query failed");
+            pool.discard(conn, CloseReason::ResetFailed)
         }
-        _ => pool.discard(conn, CloseReason::ResetFailed),
+        Err(_) => pool.discard(conn, CloseReason::ResetFailed),
     }
 }
 
-/// Whether a reset query is `DISCARD ALL` (any case, blanks and a final `;` aside): then the
-/// session is as new.
-fn is_discard_all(sql: &str) -> bool {
-    let words: Vec<&str> = sql
-        .trim()
-        .trim_end_matches(';')
-        .split_whitespace()
-        .collect();
-    words.len() == 2
-        && words[0].eq_ignore_ascii_case("discard")
-        && words[1].eq_ignore_ascii_case("all")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn discard_all_in_any_spelling() {
-        for sql in ["DISCARD ALL", "discard all;", "  Discard\n All ; "] {
-            assert!(super::is_discard_all(sql), "{sql}");
-        }
-        for sql in ["RESET ALL", "DISCARD ALL; SELECT 1", "DISCARD TEMP", ""] {
-            assert!(!super::is_discard_all(sql), "{sql}");
+/// The reset's I/O: what [`Reset`] queues is written, what the server answers read into it
+/// until it says the reset is over.
+async fn reset(conn: &mut Server, sql: &str) -> Result<(), String> {
+    let mut out = BytesMut::new();
+    let mut reset = Reset::start(sql, &mut out);
+    conn.stream.send(&out).await.map_err(|e| e.to_string())?;
+    while !reset
+        .on_server(&mut conn.state)
+        .map_err(|e| e.to_string())?
+    {
+        let n = conn.stream.read_buf(&mut conn.state.rbuf).await;
+        match n {
+            Ok(0) => return Err("the server closed".into()),
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
         }
     }
+    Ok(())
 }

@@ -54,10 +54,9 @@ impl Session {
                     self.drain_server()?;
                     self.flush_client().await?;
                 }
-                Progress::Flushed(Err(e)) => return Err(ClientError::ServerLost(e.into())),
+                Progress::Flushed(Err(e)) => self.server_lost(e.into())?,
                 Progress::Wrote(r) | Progress::Read(r) => {
-                    let loss = r.err().map_or(Loss::Closed, Loss::Io);
-                    return Err(ClientError::ServerLost(loss));
+                    self.server_lost(r.err().map_or(Loss::Closed, Loss::Io))?
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! or `pg_terminate_backend`'s FATAL, then the close) ends that server only: nothing of the
 //! client's was running there, so the client keeps its session and its next transaction takes
 //! another server. Inside a transaction, or with anything in flight, the FATAL is the
-//! client's and ends its session, as directly.
+//! client's and ends its session, as directly. A server that ends while it answers its idle
+//! check (`relay::check`) is replaced the same way, the client's messages waiting meanwhile.
 
 use bytes::BytesMut;
 
@@ -20,7 +21,8 @@ impl Session {
         let Some(srv) = self.server.as_ref() else {
             return false;
         };
-        if !self.relay.stand(Some(&srv.state)).quiet() {
+        let stand = self.relay.stand(Some(&srv.state));
+        if !stand.quiet() && !stand.checking() {
             return false;
         }
         match r {
@@ -29,16 +31,16 @@ impl Session {
         }
     }
 
-    /// Lets the held server go as unusable and keeps the client. Returns committed
+    /// Lets the held server go as unusable (`why`) and keeps the client. Returns committed
     /// subscriptions still to make ([`Session::follow_pin`]).
     #[cold]
-    pub(super) fn lose_idle_server(&mut self) -> Option<Vec<crate::relay::Subscribe>> {
+    pub(super) fn lose_server(&mut self, why: CloseReason) -> Option<Vec<crate::relay::Subscribe>> {
         let mut conn = self.server.take()?;
         let mut wire = Session::wire(&mut self.client, &self.shared.cancels);
         self.relay
             .handle(Some(&mut conn.state), Input::ServerLeft, &mut wire);
         self.cancel.clear();
-        self.pool.discard(conn, CloseReason::Unusable);
+        self.pool.discard(conn, why);
         // The pin, whose state went with the server, ended.
         match self.relay.poll(None, &mut wire) {
             Some(Event::Pin(change)) => self.follow_pin(change),

@@ -2,7 +2,6 @@
 //! between the client and the server it holds, or the admin console's session
 //! (`crate::admin::console`).
 
-mod check;
 mod checkout;
 mod error;
 mod finish;

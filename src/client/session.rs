@@ -20,10 +20,10 @@ use crate::listen::Inbox;
 use crate::login::Login;
 use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
-use crate::pool::{Pool, PoolError};
+use crate::pool::{CloseReason, Pool, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{
-    subscribe, Event, Input, Io, Keep, Kind, Next, Peer, PinChange, Relay, Subscribe,
+    subscribe, Event, Input, Io, Keep, Kind, Next, Peer, PinChange, Relay, ServerFault, Subscribe,
     Subscriptions, TimedOut,
 };
 use crate::server::Server;
@@ -167,6 +167,9 @@ pub struct Session {
     /// The client's notifications, once it listens through the pool's listening connection
     /// (`track`).
     inbox: Option<Box<Inbox>>,
+    /// The server taken failed its idle check and was let go: the client's messages, which
+    /// waited for it, take another ([`Session::replace_server`]).
+    pub(super) replaced: bool,
 }
 
 impl Drop for Session {
@@ -216,6 +219,7 @@ impl Session {
             timer: None,
             policy_generation: generation,
             inbox: None,
+            replaced: false,
             shared,
         }
     }
@@ -436,6 +440,16 @@ impl Session {
     /// buffered (or leaves).
     async fn round(&mut self, mut abort: Pin<&mut Watch<'_>>) -> Result<Flow, ClientError> {
         loop {
+            if self.replaced {
+                // The messages that waited for a server that failed its check go on.
+                self.replaced = false;
+                if self.relay.stand(None).pending() && self.on_client().await? == Flow::Quit {
+                    return Ok(Flow::Quit);
+                }
+                if self.idle() {
+                    return Ok(Flow::Continue);
+                }
+            }
             match self.next_event(abort.as_mut()).await {
                 Woken::Client(r) => {
                     let n = r?;
@@ -450,13 +464,20 @@ impl Session {
                     }
                 }
                 Woken::Server(r) if self.idle_server_left(&r) => {
-                    if let Some(due) = self.lose_idle_server() {
+                    if self.relay.stand(None).pending() {
+                        // Not quiet, so answering its idle check.
+                        let why = match &r {
+                            Err(e) => e.to_string(),
+                            _ => "the server closed, or sent a FATAL error".to_owned(),
+                        };
+                        self.replace_server(&why);
+                    } else if let Some(due) = self.lose_server(CloseReason::Unusable) {
                         Box::pin(self.follow_subscriptions(due)).await;
                     }
                 }
                 Woken::Server(r) => match r {
-                    Ok(0) => return Err(ClientError::ServerLost(Loss::Closed)),
-                    Err(e) => return Err(ClientError::ServerLost(e.into())),
+                    Ok(0) => self.server_lost(Loss::Closed)?,
+                    Err(e) => self.server_lost(e.into())?,
                     Ok(_) => {
                         self.on_server().await?;
                         let stand = self.relay.stand(self.server.as_ref().map(|s| &s.state));
@@ -660,8 +681,40 @@ impl Session {
             client: &mut self.client,
             cancels: &self.shared.cancels,
         };
-        self.relay.on_server(&mut srv.state, &mut wire)?;
+        match self.relay.on_server(&mut srv.state, &mut wire) {
+            Ok(()) => Ok(()),
+            Err(ServerFault::CheckFailed(why)) => {
+                self.replace_server(&why);
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The held server was lost (`loss`): the session's end, unless it was answering its
+    /// idle check, when the client takes another.
+    pub(super) fn server_lost(&mut self, loss: Loss) -> Result<(), ClientError> {
+        let stand = self.relay.stand(self.server.as_ref().map(|s| &s.state));
+        if !stand.checking() {
+            return Err(ClientError::ServerLost(loss));
+        }
+        self.replace_server(&loss.to_string());
         Ok(())
+    }
+
+    /// The server just taken failed its idle check (`why`): closed, and the client's
+    /// waiting messages take another.
+    #[cold]
+    pub(super) fn replace_server(&mut self, why: &str) {
+        if let Some(srv) = self.server.as_ref() {
+            tracing::info!(
+                server = srv.state.id,
+                error = %why,
+                "an idle server failed server.check_query; closed, the client gets another"
+            );
+        }
+        self.lose_server(CloseReason::CheckFailed);
+        self.replaced = true;
     }
 
     /// The end of every round: queued bytes to the server (reading it meanwhile), the server
@@ -1031,6 +1084,10 @@ impl Session {
     /// transaction ends the session, its server closed (PostgreSQL rolls it back).
     fn timed_out(&mut self, kind: Kind) -> Result<(), ClientError> {
         match self.tell(Input::Timeout(kind)) {
+            Some(Event::TimedOut(TimedOut::CheckFailed)) => {
+                self.replace_server("no answer within server.connect_timeout");
+                Ok(())
+            }
             Some(Event::TimedOut(TimedOut::CancelQuery)) => {
                 tracing::info!(
                     client = self.relay.id(),

@@ -1,5 +1,5 @@
 //! The driver's one wait for something other than the relay's traffic (a server from the
-//! pool, the end of a PAUSE, an idle check's answer), during which the client is still read.
+//! pool, the end of a PAUSE), during which the client is still read.
 
 use std::future::Future;
 use std::pin::Pin;

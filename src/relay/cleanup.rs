@@ -40,15 +40,40 @@ pub(super) enum Prelude {
     CleaningAny,
     /// The client's settings were sent (after a clean-up).
     Syncing,
+    /// The idle check (`server.check_query`) was sent to a server idle past
+    /// `server.check_delay`; what comes after it once it passes (`check`).
+    Checking(Then),
 }
 
-impl Prelude {
+/// What follows a passed idle check: the states a server is taken in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Then {
+    Idle,
+    DueSequences,
+    DueAny,
+    DueAlways,
+    Sync,
+}
+
+impl From<Then> for Prelude {
+    fn from(t: Then) -> Prelude {
+        match t {
+            Then::Idle => Prelude::Idle,
+            Then::DueSequences => Prelude::DueSequences,
+            Then::DueAny => Prelude::DueAny,
+            Then::DueAlways => Prelude::DueAlways,
+            Then::Sync => Prelude::Sync,
+        }
+    }
+}
+
+impl Then {
     /// The state for a server taken that needs clean-up `c`.
-    pub(super) fn due(c: Cleanup) -> Prelude {
+    pub(super) fn due(c: Cleanup) -> Then {
         match (c.reason, c.what) {
-            (CleanupReason::Always, _) => Prelude::DueAlways,
-            (CleanupReason::Opaque, Unseen::Sequences) => Prelude::DueSequences,
-            (CleanupReason::Opaque, Unseen::Any) => Prelude::DueAny,
+            (CleanupReason::Always, _) => Then::DueAlways,
+            (CleanupReason::Opaque, Unseen::Sequences) => Then::DueSequences,
+            (CleanupReason::Opaque, Unseen::Any) => Then::DueAny,
         }
     }
 }
@@ -120,7 +145,10 @@ impl Relay {
                 true
             }
             Prelude::Sync => self.begin_sync(srv),
-            Prelude::CleaningSequences | Prelude::CleaningAny | Prelude::Syncing => true,
+            Prelude::CleaningSequences
+            | Prelude::CleaningAny
+            | Prelude::Syncing
+            | Prelude::Checking(_) => true,
         }
     }
 
@@ -197,6 +225,12 @@ impl Relay {
     /// client's messages go on.
     #[cold]
     pub(super) fn prelude_ready(&mut self, srv: &mut ServerState) {
+        if let Prelude::Checking(then) = self.prelude {
+            // The check's answer (the first ReadyForQuery since the server was taken; one
+            // that left a transaction open failed it before this).
+            self.prelude = then.into();
+            return;
+        }
         if !srv.replies.is_empty() {
             self.prelude = Prelude::Syncing;
             return;
@@ -236,6 +270,9 @@ impl Relay {
         });
         match self.prelude {
             Prelude::Syncing => ServerFault::Rejected(Box::new(fields)),
+            Prelude::Checking(_) => {
+                ServerFault::CheckFailed(format!("{} ({})", fields.message, fields.code))
+            }
             _ => ServerFault::Cleanup(fields.message),
         }
     }
@@ -246,12 +283,19 @@ impl Relay {
         self.prelude != Prelude::Idle
     }
 
-    /// Whether a clean-up is being answered.
+    /// Whether a clean-up or the idle check is being answered: what the server reports
+    /// meanwhile is its own, not the client's.
     pub(super) fn cleaning(&self) -> bool {
         matches!(
             self.prelude,
-            Prelude::CleaningSequences | Prelude::CleaningAny
+            Prelude::CleaningSequences | Prelude::CleaningAny | Prelude::Checking(_)
         )
+    }
+
+    /// Whether the idle check is being answered.
+    #[inline(always)]
+    pub(super) fn checking(&self) -> bool {
+        matches!(self.prelude, Prelude::Checking(_))
     }
 }
 

@@ -29,8 +29,10 @@ pub enum Input<'a> {
     /// The client listens (or no longer does) through the pool's listening connection.
     Listening(bool),
     /// The held server left (its FATAL, or its close) while the client sat quiet at a
-    /// transaction boundary ([`Stand::quiet`]): the client keeps its session and takes another
-    /// server for its next transaction; a pin, whose state went with the server, ends.
+    /// transaction boundary ([`Stand::quiet`]), or it failed its idle check
+    /// ([`Stand::checking`]): the client keeps its session and takes another server for its
+    /// next transaction (or its messages waiting); a pin, whose state went with the server,
+    /// ends.
     ServerLeft,
     /// A notification from the pool's listening connection (`None`: the mark of a loss
     /// alone; `lost`: notifications meant for the client were dropped, it is warned first).
@@ -97,6 +99,19 @@ impl Stand<'_> {
     #[inline(always)]
     pub fn in_block(self) -> bool {
         self.relay.in_block()
+    }
+
+    /// The held server, just taken, is answering its idle check: a server that leaves or
+    /// fails now is replaced ([`Input::ServerLeft`]) and the client's messages wait on.
+    #[inline(always)]
+    pub fn checking(self) -> bool {
+        self.srv.is_some() && self.relay.checking()
+    }
+
+    /// A deadline may be due ([`Relay::deadline`]): the driver keeps a timer.
+    #[inline(always)]
+    pub fn timed(self) -> bool {
+        self.relay.marks.is_some()
     }
 
     /// Session mode's transaction boundary on the held server: idle, outside a

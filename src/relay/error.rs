@@ -44,6 +44,13 @@ pub enum ServerFault {
     /// The clean-up of the session another client left failed (the server is closed).
     #[error("the pooler's clean-up of the server's session failed: {0}")]
     Cleanup(String),
+    /// The server failed the pooler's idle check (`server.check_query`): not an error of the
+    /// client's, which the driver gives another server.
+    #[error("the server failed server.check_query: {0}")]
+    CheckFailed(String),
+    /// The reset of a server whose client left failed (the server is closed).
+    #[error("the reset query failed: {0}")]
+    ResetFailed(String),
     /// The server refused the client's settings when they were brought onto it: the client
     /// gets the server's own error, as a direct login with them would.
     #[error("{}", .0.message)]

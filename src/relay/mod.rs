@@ -11,6 +11,7 @@
 //! the client holds; a *batch* is what the client sends up to a Sync (or a simple Query); the
 //! server *owes* a reply for each message it was sent (`server::Replies`).
 
+mod check;
 mod cleanup;
 mod client;
 mod contract;
@@ -19,6 +20,7 @@ mod error;
 mod pass;
 mod pin;
 mod replies;
+mod reset;
 mod retry;
 mod settle;
 mod spare;
@@ -29,10 +31,12 @@ mod timeouts;
 mod track;
 mod tracking;
 
+pub use check::Check;
 pub use cleanup::{sync_query, synced};
 pub use contract::{Event, Input, Stand};
 pub use error::{ClientFault, RelayError, ServerFault};
 pub use pin::{Pin, PinChange, PIN_CHECK_SQL};
+pub use reset::Reset;
 
 /// The policy the machine works under, made by the configuration and published by the pool.
 pub use crate::config::policy::{Policy, StateRule};
@@ -454,6 +458,7 @@ impl Relay {
         fresh: Option<Policy>,
         now: Instant,
         departed: &impl Departed,
+        check: Option<Check<'_>>,
     ) {
         let mut policy = fresh.unwrap_or_else(|| {
             let mut p = self.policy;
@@ -468,14 +473,16 @@ impl Relay {
         // The first request goes out right after: one clock read serves both.
         self.clock.request_since = Some(now);
         self.events.client_uses_server(self.id, srv.id);
-        if policy.has_timeouts() {
+        if policy.has_timeouts() || check.is_some() {
             let marks = self.marks.get_or_insert_with(|| {
                 Box::new(timeouts::Marks {
                     cancelled: None,
                     quiet_since: now,
+                    check_until: None,
                 })
             });
             marks.cancelled = None;
+            marks.check_until = check.map(|c| now + c.within);
         } else {
             self.marks = None;
         }
@@ -484,12 +491,14 @@ impl Relay {
         self.batch.status = backend::TX_IDLE;
         self.batch.release_due = false;
         self.batch.clean = true;
-        self.prelude = match srv.cleanup_for(self.id, policy.cleans_always()) {
-            Some(c) => cleanup::Prelude::due(c),
-            None if srv.in_sync_with(&self.client.params, self.settings()) => {
-                cleanup::Prelude::Idle
-            }
-            None => cleanup::Prelude::Sync,
+        let then = match srv.cleanup_for(self.id, policy.cleans_always()) {
+            Some(c) => cleanup::Then::due(c),
+            None if srv.in_sync_with(&self.client.params, self.settings()) => cleanup::Then::Idle,
+            None => cleanup::Then::Sync,
+        };
+        self.prelude = match check {
+            Some(c) => self.begin_check(srv, c, then),
+            None => then.into(),
         };
         srv.last_client = self.id;
         if policy.tracking {
@@ -522,10 +531,15 @@ impl Relay {
     /// The held server `srv` left (its FATAL unread, or its close) while the client sat at a
     /// transaction boundary with nothing in flight: the client keeps its session and takes
     /// another server for its next transaction; a pin, whose state went with `srv`, ends.
+    /// The same for a server that failed its idle check: the client's messages, which
+    /// waited for the check, go to the next server; what was queued for this one is dropped.
     fn lose_idle_server(&mut self, srv: &ServerState) {
         self.events.client_released_server(self.id, srv.id);
         self.batch.server_fatal = false;
         self.batch.release_due = false;
+        self.batch.status = backend::TX_IDLE;
+        self.prelude = cleanup::Prelude::Idle;
+        self.sout.clear();
         self.end_pin();
     }
 

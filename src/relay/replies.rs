@@ -301,7 +301,12 @@ impl Relay {
             }
             b::READY_FOR_QUERY_TAG => {
                 self.batch.status = b::parse_ready_for_query(body())?;
+                // (A session that checks its server keeps marks meanwhile: the check's
+                // answer costs the usual path nothing.)
                 if self.marks.is_some() {
+                    if self.checking() {
+                        self.check_ready(self.batch.status)?;
+                    }
                     let now = io.now();
                     if let Some(t) = self.marks.as_deref_mut() {
                         t.quiet_since = now;

@@ -37,6 +37,12 @@ impl Io for Wire {
 }
 
 impl Wire {
+    fn new() -> Wire {
+        Wire {
+            received: BytesMut::new(),
+        }
+    }
+
     /// What the client got: taken at once, or queued.
     fn to_client(&self, r: &Relay) -> BytesMut {
         let mut all = self.received.clone();
@@ -72,7 +78,7 @@ fn run_query(r: &mut Relay, srv: &mut ServerState) -> Wire {
             spare: None,
         }
     );
-    r.hold(srv, None, Instant::now(), &NoneDeparted);
+    r.hold(srv, None, Instant::now(), &NoneDeparted, None);
     assert_eq!(r.on_client(Some(srv), &mut wire).unwrap(), Next::Done);
     r.transmitted(Peer::Server);
     wire
@@ -293,4 +299,117 @@ fn an_idle_clients_output_goes_once_written_and_a_warm_or_busy_ones_stays() {
         r.transmitted(Peer::Client);
         assert!(r.client.cout.capacity() > 0, "{keep:?}, then a busy round");
     }
+}
+
+/// A query taken to a server due for its idle check: the check goes first, alone.
+fn checked_query(r: &mut Relay, srv: &mut ServerState, wire: &mut Wire) -> Instant {
+    frontend::query(r.client_in(), "select 1");
+    assert!(matches!(
+        r.on_client(None, wire).unwrap(),
+        Next::NeedServer { .. }
+    ));
+    let now = Instant::now();
+    let check = super::Check {
+        sql: "select 'checked'",
+        within: std::time::Duration::from_secs(3),
+    };
+    r.hold(srv, None, now, &NoneDeparted, Some(check));
+    assert_eq!(r.on_client(Some(srv), wire).unwrap(), Next::Done);
+    let mut sent = BytesMut::new();
+    frontend::query(&mut sent, "select 'checked'");
+    assert_eq!(r.transmit(Peer::Server), &sent[..], "the check alone");
+    r.transmitted(Peer::Server);
+    assert!(r.stand(Some(srv)).checking());
+    now
+}
+
+/// The check's answer is the pooler's: nothing reaches the client, and then its query goes.
+#[test]
+fn a_passed_check_lets_the_waiting_query_go() {
+    let mut r = relay(PoolMode::Transaction);
+    let mut srv = ServerState::new();
+    let mut wire = Wire::new();
+    let now = checked_query(&mut r, &mut srv, &mut wire);
+    assert_eq!(
+        r.deadline(&srv),
+        Some((now + std::time::Duration::from_secs(3), super::Kind::Check)),
+        "the check's answer is awaited within its bound"
+    );
+    let tag = b"SELECT 1\0";
+    srv.rbuf.extend_from_slice(&[backend::COMMAND_COMPLETE_TAG]);
+    srv.rbuf
+        .extend_from_slice(&(tag.len() as u32 + 4).to_be_bytes());
+    srv.rbuf.extend_from_slice(tag);
+    backend::ready_for_query(&mut srv.rbuf, backend::TX_IDLE);
+    r.on_server(&mut srv, &mut wire).unwrap();
+    assert!(
+        wire.to_client(&r).is_empty(),
+        "the check's answer is not the client's"
+    );
+    assert!(!r.stand(Some(&srv)).checking());
+    assert_eq!(r.deadline(&srv), None, "no deadline once it passed");
+    assert_eq!(r.on_client(Some(&mut srv), &mut wire).unwrap(), Next::Done);
+    let mut sent = BytesMut::new();
+    frontend::query(&mut sent, "select 1");
+    assert_eq!(
+        r.transmit(Peer::Server),
+        &sent[..],
+        "the client's query follows"
+    );
+}
+
+/// A check answered with an error, or that leaves a transaction open, fails: the driver is
+/// told with the reason, and after the server's loss the client's query waits for the next.
+#[test]
+fn a_failed_check_says_why_and_keeps_the_query() {
+    for (status, error) in [(backend::TX_IDLE, true), (b'T', false)] {
+        let mut r = relay(PoolMode::Transaction);
+        let mut srv = ServerState::new();
+        let mut wire = Wire::new();
+        checked_query(&mut r, &mut srv, &mut wire);
+        if error {
+            backend::error_response(
+                &mut srv.rbuf,
+                &error_fields("22012", "division by zero".into()),
+            );
+        }
+        backend::ready_for_query(&mut srv.rbuf, status);
+        match r.on_server(&mut srv, &mut wire) {
+            Err(super::ServerFault::CheckFailed(why)) if error => {
+                assert_eq!(why, "division by zero (22012)")
+            }
+            Err(super::ServerFault::CheckFailed(why)) => {
+                assert_eq!(why, "it left a transaction open")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(wire.to_client(&r).is_empty(), "the client is never told");
+        r.handle(Some(&mut srv), super::Input::ServerLeft, &mut wire);
+        assert!(r.transmit(Peer::Server).is_empty());
+        assert!(
+            matches!(
+                r.on_client(None, &mut wire).unwrap(),
+                Next::NeedServer { .. }
+            ),
+            "the query waits for another server"
+        );
+    }
+}
+
+/// No answer in time: the timeout says to replace the server, not to end the session.
+#[test]
+fn an_unanswered_check_times_out_into_a_replacement() {
+    let mut r = relay(PoolMode::Transaction);
+    let mut srv = ServerState::new();
+    let mut wire = Wire::new();
+    checked_query(&mut r, &mut srv, &mut wire);
+    let fired = r.handle(
+        Some(&mut srv),
+        super::Input::Timeout(super::Kind::Check),
+        &mut wire,
+    );
+    assert!(matches!(
+        fired,
+        Some(super::Event::TimedOut(super::TimedOut::CheckFailed))
+    ));
 }

@@ -14,6 +14,8 @@ pub enum Kind {
     Query,
     IdleTransaction,
     Transaction,
+    /// The idle check's answer (`server.connect_timeout`).
+    Check,
 }
 
 impl Kind {
@@ -22,6 +24,7 @@ impl Kind {
             Kind::Query => "query",
             Kind::IdleTransaction => "idle_transaction",
             Kind::Transaction => "transaction",
+            Kind::Check => "server_check",
         }
     }
 }
@@ -33,6 +36,8 @@ pub(super) struct Marks {
     pub cancelled: Option<Instant>,
     /// When the held server last sent ReadyForQuery: an idle transaction is idle since then.
     pub quiet_since: Instant,
+    /// When the idle check of the server just taken is given up on.
+    pub check_until: Option<Instant>,
 }
 
 impl Relay {
@@ -47,6 +52,11 @@ impl Relay {
                 due = Some((at, kind));
             }
         };
+        if self.checking() {
+            if let Some(at) = t.check_until {
+                consider(at, Kind::Check);
+            }
+        }
         if !p.query_timeout().is_zero() && !srv.replies.is_empty() {
             if let Some(since) = self.clock.request_since.filter(|s| t.cancelled != Some(*s)) {
                 consider(since + p.query_timeout(), Kind::Query);
@@ -73,6 +83,10 @@ impl Relay {
     /// Timeout `kind` fired while the client holds `srv`: counted, and what the driver does
     /// is decided here.
     pub(super) fn timed_out(&mut self, kind: Kind, srv: Option<&ServerState>) -> TimedOut {
+        if kind == Kind::Check {
+            // Not the client's timeout: the server is replaced, the client waits on.
+            return TimedOut::CheckFailed;
+        }
         self.metrics
             .clients
             .timeouts
@@ -90,7 +104,7 @@ impl Relay {
                 sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
                 "terminating connection due to idle-in-transaction timeout (pool.idle_transaction_timeout)",
             ),
-            Kind::Transaction => (
+            Kind::Transaction | Kind::Check => (
                 sqlstate::TRANSACTION_TIMEOUT,
                 "terminating connection due to transaction timeout (pool.transaction_timeout)",
             ),
@@ -110,6 +124,9 @@ impl Relay {
 pub enum TimedOut {
     /// Cancel the running query (the session goes on).
     CancelQuery,
+    /// The server just taken did not answer its idle check within `server.connect_timeout`:
+    /// it is closed and the client, its messages still waiting, takes another.
+    CheckFailed,
     /// End the session with this FATAL, its server closed rather than returned (closing it
     /// is PostgreSQL's rollback); `cancel_running`: a statement still runs there, cancel it
     /// first, or the backend would run it to its end.

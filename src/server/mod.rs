@@ -2,7 +2,6 @@
 
 mod credential;
 mod login;
-mod query;
 pub mod replies;
 mod role;
 pub mod scram;
@@ -11,7 +10,6 @@ mod state;
 pub use credential::{LearnedSecrets, SecretCell, ServerSecret, TargetSecret};
 pub(crate) use login::read_frame;
 pub use login::{login, ServerTarget};
-pub use query::run_simple;
 pub use replies::{Owed, Replies, Request, Step};
 pub use role::{ask_role, HostRecord, Role, Topology};
 pub use scram::ScramKeys;

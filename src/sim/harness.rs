@@ -29,7 +29,9 @@ use crate::metrics::Metrics;
 use crate::params::{ClientParams, Params};
 use crate::protocol::frame::{self, Frame};
 use crate::protocol::{backend, frontend, sqlstate};
-use crate::relay::{Departed, Event, Input, Io, Keep, Leave, Next, Peer, Policy, Relay};
+use crate::relay::{
+    Check, Departed, Event, Input, Io, Keep, Leave, Next, Peer, Policy, Relay, Reset, ServerFault,
+};
 use crate::server::ServerState;
 
 /// A pooling setup the simulation runs programs through.
@@ -84,6 +86,10 @@ pub struct Options {
     /// The pool forgets the settings a server holds before handing it on (the settings sync
     /// skipped): a check that the simulation finds the leak.
     pub forget_settings: bool,
+    /// Every server taken again comes due for its idle check (`relay::check`), and every third
+    /// check fails (a statement the model rejects): the server is replaced as the session
+    /// task replaces it, the client's messages waiting meanwhile.
+    pub check_idle: bool,
 }
 
 /// The differential test's six setups, plus a pool of one for the tracked modes.
@@ -219,6 +225,8 @@ fn fail(client: Option<usize>, what: impl Into<String>) -> Failure {
 pub struct Stats {
     pub steps: u64,
     pub clients: u64,
+    /// Idle checks made ([`Options::check_idle`]).
+    pub checks: u64,
 }
 
 /// The virtual clock: every step advances it a little.
@@ -269,6 +277,8 @@ struct SimServer {
     holder: Option<usize>,
     /// Which server connection of the run this is ([`Report::servers`]).
     conn: usize,
+    /// Never taken since its login: not due for an idle check.
+    fresh: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,6 +336,9 @@ pub struct Sim<'p> {
     blind_pin_check: bool,
     /// [`Options::forget_settings`].
     forget_settings: bool,
+    /// [`Options::check_idle`], and the checks made so far.
+    check_idle: bool,
+    checks: u64,
     /// The clients that left having prepared statements, as the pool records them.
     departures: Departures,
 }
@@ -412,6 +425,7 @@ pub fn run_with(
     sim.skip_leave_reset = options.skip_leave_reset;
     sim.blind_pin_check = options.blind_pin_check;
     sim.forget_settings = options.forget_settings;
+    sim.check_idle = options.check_idle;
     if options.pipelined_startup {
         sim.startup_pipelined()?;
     }
@@ -419,6 +433,7 @@ pub fn run_with(
     let stats = Stats {
         steps: sim.steps,
         clients: program.clients.len() as u64,
+        checks: sim.checks,
     };
     Ok(Report::new(stats, std::mem::take(&mut sim.traffic)))
 }
@@ -492,6 +507,8 @@ impl<'p> Sim<'p> {
             skip_leave_reset: false,
             blind_pin_check: false,
             forget_settings: false,
+            check_idle: false,
+            checks: 0,
             departures: Departures::default(),
         }
     }
@@ -684,10 +701,14 @@ impl<'p> Sim<'p> {
 
     /// Feeds what server `s` sent to its holder `c`'s relay.
     fn drive_server(&mut self, c: usize, s: usize) -> Result<(), Failure> {
-        self.with_relay(c, |relay, servers, io| {
+        let res = self.with_relay(c, |relay, servers, io| {
             relay.on_server(&mut servers[s].state, io)
-        })
-        .map_err(|e| fail(Some(c), format!("server fault: {e}")))?;
+        });
+        match res {
+            Ok(()) => {}
+            Err(ServerFault::CheckFailed(_)) => return self.replace_server(c, s),
+            Err(e) => return Err(fail(Some(c), format!("server fault: {e}"))),
+        }
         self.finish_round(c)?;
         if self.servers[s].model.is_closed()
             && self.servers[s].from_model.is_empty()
@@ -699,6 +720,18 @@ impl<'p> Sim<'p> {
             return self.drive_client(c);
         }
         Ok(())
+    }
+
+    /// Server `s`, just taken by `c`, failed its idle check: closed, and `c`'s waiting
+    /// messages take another (`client::session::Session::replace_server`).
+    fn replace_server(&mut self, c: usize, s: usize) -> Result<(), Failure> {
+        self.with_relay(c, |relay, servers, io| {
+            relay.handle(Some(&mut servers[s].state), Input::ServerLeft, io)
+        });
+        self.clients[c].server = None;
+        self.close_server(s);
+        self.finish_round(c)?;
+        self.drive_client(c)
     }
 
     /// The held server closed (after a FATAL): the session ends, with 08006 unless the
@@ -871,6 +904,7 @@ impl<'p> Sim<'p> {
                     from_model: BytesMut::new(),
                     holder: None,
                     conn: self.traffic.len() - 1,
+                    fresh: true,
                 });
                 id
             }
@@ -891,11 +925,24 @@ impl<'p> Sim<'p> {
         }
         let now = self.clock.base + self.clock.offset;
         let policy = *self.clients[c].relay.policy();
+        let due = self.check_idle && !std::mem::replace(&mut self.servers[s].fresh, false);
+        let check = due.then(|| {
+            self.checks += 1;
+            Check {
+                sql: if self.checks % 3 == 0 {
+                    "CHECK THAT FAILS"
+                } else {
+                    "SELECT 1"
+                },
+                within: std::time::Duration::from_secs(1),
+            }
+        });
         self.clients[c].relay.hold(
             &mut self.servers[s].state,
             Some(policy),
             now,
             &self.departures,
+            check,
         );
         self.clients[c].server = Some(s);
         true
@@ -917,10 +964,7 @@ impl<'p> Sim<'p> {
                 _ if self.servers[s].model.is_closed() => self.close_server(s),
                 Some(Leave::Return) => self.give_back(s),
                 Some(Leave::Reset { .. }) if self.skip_leave_reset => self.give_back(s),
-                Some(Leave::Reset { .. }) => {
-                    self.reset(s);
-                    self.give_back(s);
-                }
+                Some(Leave::Reset { .. }) => self.reset(s),
                 Some(Leave::Close) | None => self.close_server(s),
             }
         }
@@ -936,20 +980,22 @@ impl<'p> Sim<'p> {
     }
 
     /// Session mode's reset before a server is used again (`pool.reset_query`, DISCARD ALL
-    /// by default), run to its end as the pooler does before the check-in.
+    /// by default), run to its end through the machine the pooler's reset task drives
+    /// ([`Reset`]) before the check-in; a reset that fails closes the server.
     fn reset(&mut self, s: usize) {
         let srv = &mut self.servers[s];
-        let mut out = BytesMut::new();
+        let mut answered = BytesMut::new();
         let pending = srv.to_model.split();
-        srv.model.feed(&mut self.db, &pending, &mut out);
+        srv.model.feed(&mut self.db, &pending, &mut answered);
         let mut q = BytesMut::new();
-        frontend::query(&mut q, "DISCARD ALL");
-        srv.model.feed(&mut self.db, &q, &mut out);
+        let mut reset = Reset::start("DISCARD ALL", &mut q);
+        srv.model.feed(&mut self.db, &q, &mut srv.state.rbuf);
         self.traffic[srv.conn].note(&pending, 0);
         self.traffic[srv.conn].note(&q, 0);
-        // As the pooler does after a DISCARD ALL: the server is as a new one.
-        srv.state.reset_as_new();
-        srv.state.last_client = 0;
+        match reset.on_server(&mut srv.state) {
+            Ok(true) => self.give_back(s),
+            _ => self.close_server(s),
+        }
     }
 
     /// Closes a server: its model session ends, and its slot in the pool is free again.
@@ -963,6 +1009,7 @@ impl<'p> Sim<'p> {
         srv.to_model.clear();
         srv.from_model.clear();
         srv.holder = None;
+        srv.fresh = true;
         self.give_back(s);
     }
 

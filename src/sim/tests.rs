@@ -189,3 +189,28 @@ fn reverted_conversations_are_found() {
         }
     }
 }
+
+/// The idle check as a state of the machine: every server taken again is checked first and
+/// every third check fails (the server replaced while the client's messages wait). Each
+/// setup's programs still agree with the direct run, and checks ran and failed.
+#[test]
+fn idle_checks_change_nothing_a_client_sees() {
+    use super::harness::{run_with, Options};
+    use super::program::generate;
+    let on = Options {
+        check_idle: true,
+        ..Options::default()
+    };
+    let mut checked = 0;
+    for s in SETUPS {
+        for seed in 0..seeds() / 4 {
+            let program = generate(seed, &s.rules);
+            match run_with(s, &program, seed, &on) {
+                Ok(r) => checked += r.stats.checks,
+                Err(f) => panic!("{}, seed {seed}, with idle checks: {f}", s.name),
+            }
+        }
+    }
+    eprintln!("idle checks: {checked}");
+    assert!(checked > 100, "only {checked} checks ran");
+}

@@ -214,6 +214,7 @@ pub fn options(s: &Scenario, program: &Program) -> Options {
         skip_leave_reset: false,
         blind_pin_check: false,
         forget_settings: false,
+        check_idle: false,
     }
 }
 
