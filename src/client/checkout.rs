@@ -14,7 +14,7 @@ use super::error::ClientError;
 use super::session::Session;
 use super::timer::Timer;
 use super::wait::reading_client;
-use crate::pool::CloseReason;
+use crate::pool::{CloseReason, PoolError, Waiting};
 use crate::relay::Check;
 use crate::server::Server;
 
@@ -23,50 +23,72 @@ pub(super) struct Taken {
     pub(super) started: Instant,
     /// The pid of a server the message in front signals: not to be taken for it.
     pub(super) spare: Option<NonZeroI32>,
+    /// The place in the pool's queue taken in the same look as for an idle server (or the
+    /// pool's refusal); `None`: the wait is still to be asked for (a PAUSE, a pid spared).
+    pub(super) queued: Option<Result<Waiting, PoolError>>,
 }
 
 impl Session {
-    /// The common case without a future: an idle server, taken at once. Otherwise hands
-    /// [`Session::acquire`] what it needs: the clock read. A message that signals a backend by pid (`spare`, from
-    /// [`crate::relay::Next::NeedServer`]) takes the waiting path, which spares that
-    /// backend's server.
+    /// The common case without a future: an idle server, taken at once, or else a place in
+    /// the pool's queue taken in the same look (one lock). Otherwise hands
+    /// [`Session::acquire`] what it needs: the clock read, the place. A message that signals
+    /// a backend by pid (`spare`, from [`crate::relay::Next::NeedServer`]) takes the waiting
+    /// path, which spares that backend's server.
     pub(super) fn acquire_now(&mut self, spare: Option<NonZeroI32>) -> Result<(), Taken> {
         let started = Instant::now();
         if spare.is_some() || self.shared.lifecycle.is_paused_for(self.pool.database()) {
-            return Err(Taken { started, spare });
+            return Err(Taken {
+                started,
+                spare,
+                queued: None,
+            });
         }
-        match self.pool.try_checkout(started) {
-            Some(conn) => {
+        let queued = match self.pool.checkout_or_queue(started, self.cancel.ticket()) {
+            Ok(Ok(conn)) => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
-                Ok(())
+                return Ok(());
             }
-            None => Err(Taken {
-                started,
-                spare: None,
-            }),
-        }
+            Ok(Err(waiting)) => Ok(waiting),
+            Err(e) => Err(e),
+        };
+        Err(Taken {
+            started,
+            spare: None,
+            queued: Some(queued),
+        })
     }
 
     /// Takes a server from the pool, waiting if need be, still noticing if the client leaves
     /// meanwhile.
     pub(super) async fn acquire(&mut self, taken: Taken) -> Result<(), ClientError> {
-        let Taken { started, spare } = taken;
-        // The wait is written out here rather than in a future of its own: most
-        // transactions wait when clients outnumber servers.
-        self.check_killed()?;
-        // The wait for a server (and its deadline) starts after any PAUSE.
-        let since = if self.shared.lifecycle.is_paused_for(self.pool.database()) {
-            Box::pin(self.wait_unpaused()).await?
-        } else {
-            tokio::time::Instant::from_std(started)
-        };
-        // A KILL stops this wait through the ticket (the pool drops the waiter, or refuses to
-        // queue it once killed): no registration of its own per wait.
-        let pool = self.pool.clone();
-        let r = {
-            let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
-            reading_client(&mut self.client, &mut self.relay, checkout).await?
+        let Taken {
+            started,
+            spare,
+            queued,
+        } = taken;
+        let r = match queued {
+            // Queued already: the wait alone is left (the pool's KILL check was made).
+            Some(queued) => {
+                let waiting = pin!(queued?);
+                let r = reading_client(&mut self.client, &mut self.relay, waiting).await?;
+                r.unwrap_or_else(|| Err(PoolError::Closed(self.pool.name().to_owned())))
+            }
+            None => {
+                // The wait is written out here rather than in a future of its own.
+                self.check_killed()?;
+                // The wait for a server (and its deadline) starts after any PAUSE.
+                let since = if self.shared.lifecycle.is_paused_for(self.pool.database()) {
+                    Box::pin(self.wait_unpaused()).await?
+                } else {
+                    tokio::time::Instant::from_std(started)
+                };
+                // A KILL stops this wait through the ticket (the pool drops the waiter, or
+                // refuses to queue it once killed): no registration of its own per wait.
+                let pool = self.pool.clone();
+                let checkout = pin!(pool.checkout_as(since, Some(self.cancel.ticket()), spare));
+                reading_client(&mut self.client, &mut self.relay, checkout).await?
+            }
         };
         if self.cancel.is_killed() {
             if let Ok(conn) = r {

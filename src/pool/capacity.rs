@@ -82,6 +82,7 @@ impl Capacity {
             .saturating_sub(self.sem.available_permits())
     }
 
+    #[inline]
     pub(crate) fn available(&self) -> usize {
         self.sem.available_permits()
     }

@@ -99,14 +99,22 @@ impl Round {
 impl Pool {
     /// Starts logins while live waiters outnumber logins in flight, within `max_connecting`,
     /// the pool's capacity (and reserve) and the shared limits.
+    #[inline]
     pub(super) fn spawn_connects(&self, st: &mut PoolState) {
         let max = self.inner.backend.max_connecting.max(1);
-        // Checked first: a full pool with a long queue must not scan the queue per arrival
-        // (the reserve, when there is one, looks at its first live waiter only).
+        // Checked first, inline: a full pool with a long queue must not scan the queue per
+        // arrival (the reserve, when there is one, looks at its first live waiter only), and
+        // a full pool's every queued checkout comes here.
         if st.connecting >= max || (self.inner.capacity.available() == 0 && !self.reserve_open(st))
         {
             return;
         }
+        self.start_connects(st, max);
+    }
+
+    /// Opens servers for the waiters, up to `max` logins at a time.
+    #[inline(never)]
+    fn start_connects(&self, st: &mut PoolState, max: usize) {
         let limit = st
             .waiters
             .iter()

@@ -44,6 +44,7 @@ impl Pool {
     }
 
     /// Whether a reserve slot could be taken now (checked before anything is taken).
+    #[inline]
     pub(super) fn reserve_open(&self, st: &PoolState) -> bool {
         self.inner.reserve.available() > 0 && self.reserve_due(st)
     }

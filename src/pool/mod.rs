@@ -584,25 +584,6 @@ impl Pool {
             .unwrap_or_else(|| Arc::new(Params::default())))
     }
 
-    /// Takes a usable idle server without waiting, if there is one. `now`: the caller's clock.
-    /// A server idle past `server.check_delay` comes with `check_due` set: the taker checks it.
-    pub fn try_checkout(&self, now: Instant) -> Option<Server> {
-        // Two fields, not a copy of all the settings: this runs for every transaction.
-        let pick = {
-            let s = self
-                .inner
-                .settings
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            IdlePick {
-                round_robin: s.round_robin,
-                check_delay: s.check_delay,
-            }
-        };
-        let mut st = self.lock();
-        self.take_idle(&mut st, pick, now)
-    }
-
     /// A server idle past a `check_delay` shorter than the maintenance tick is found out here;
     /// the tick marks those idle past a longer one (at most a tick late), which spares every
     /// checkout a clock subtraction.
@@ -677,46 +658,94 @@ impl Pool {
                     return Ok(conn);
                 }
             }
-            if let Some(e) = self.circuit_open(&mut st) {
-                if settings.hold_timeout.is_zero() {
-                    self.count_refusal(since);
-                    return Err(e);
-                }
-                self.hold_locked(&mut st, &settings);
-            }
-            let max_waiting = settings.max_waiting;
-            if st.waiters.len() >= max_waiting {
-                st.waiters.retain(|w| !w.is_closed());
-                if st.waiters.len() >= max_waiting {
-                    self.count_refusal(since);
-                    return Err(PoolError::TooManyWaiting {
-                        pool: self.inner.name.clone(),
-                        max: max_waiting,
-                    });
-                }
-            }
-            let (deadline, held) = Pool::deadline_for(&st, &settings, since);
-            // The sweep also opens the reserve when this client has waited long enough.
-            let reserve_at = (settings.reserve_size > 0).then(|| since + settings.reserve_timeout);
-            if let Some(d) = earliest(deadline, reserve_at) {
-                if st.sweep_at.map_or(true, |at| d < at) {
-                    st.sweep_at = Some(d);
-                    self.inner.rearm.notify_one();
-                }
-            }
-            let (tx, rx) = oneshot::channel();
-            st.waiters.push_back(Waiter {
-                tx,
-                since,
-                deadline,
-                owner: ticket.map_or(0, |t| t.owner),
-                held,
-            });
-            self.spawn_connects(&mut st);
-            rx
+            self.queue_locked(&mut st, &settings, since, ticket)?
         };
         rx.await
             .unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
+    }
+
+    /// The usual checkout in one look at the pool: an idle server now (`now`: the caller's
+    /// clock, also the wait's start), or a place in the queue for one, or the refusal
+    /// (circuit open, too many waiting, `ticket`'s client killed). The first comes with no
+    /// future; the place's is awaited (a [`Waiting`]).
+    pub fn checkout_or_queue(
+        &self,
+        now: Instant,
+        ticket: Ticket<'_>,
+    ) -> Result<Result<Server, Waiting>, PoolError> {
+        // Two fields, not a copy of all the settings: most checkouts find a server idle.
+        let pick = {
+            let s = self
+                .inner
+                .settings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            IdlePick {
+                round_robin: s.round_robin,
+                check_delay: s.check_delay,
+            }
+        };
+        let mut st = self.lock();
+        if let Some(conn) = self.take_idle(&mut st, pick, now) {
+            return Ok(Ok(conn));
+        }
+        if ticket.stop.load(Ordering::Acquire) {
+            return Err(PoolError::Closed(self.inner.name.clone()));
+        }
+        // (The settings' lock inside the pool's, the order the reserve's check takes too.)
+        let settings = self.settings();
+        let since = tokio::time::Instant::from_std(now);
+        let rx = self.queue_locked(&mut st, &settings, since, Some(ticket))?;
+        Ok(Err(Waiting(rx)))
+    }
+
+    /// Queues a waiter that arrived at `since` for the next server, under the pool's lock
+    /// `st`, after a look at the idle list found none: refused while the circuit is open (or
+    /// held through it), or when `pool.max_waiting_clients` wait already.
+    fn queue_locked(
+        &self,
+        st: &mut PoolState,
+        settings: &PoolSettings,
+        since: tokio::time::Instant,
+        ticket: Option<Ticket<'_>>,
+    ) -> Result<oneshot::Receiver<Result<Server, PoolError>>, PoolError> {
+        if let Some(e) = self.circuit_open(st) {
+            if settings.hold_timeout.is_zero() {
+                self.count_refusal(since);
+                return Err(e);
+            }
+            self.hold_locked(st, settings);
+        }
+        let max_waiting = settings.max_waiting;
+        if st.waiters.len() >= max_waiting {
+            st.waiters.retain(|w| !w.is_closed());
+            if st.waiters.len() >= max_waiting {
+                self.count_refusal(since);
+                return Err(PoolError::TooManyWaiting {
+                    pool: self.inner.name.clone(),
+                    max: max_waiting,
+                });
+            }
+        }
+        let (deadline, held) = Pool::deadline_for(st, settings, since);
+        // The sweep also opens the reserve when this client has waited long enough.
+        let reserve_at = (settings.reserve_size > 0).then(|| since + settings.reserve_timeout);
+        if let Some(d) = earliest(deadline, reserve_at) {
+            if st.sweep_at.map_or(true, |at| d < at) {
+                st.sweep_at = Some(d);
+                self.inner.rearm.notify_one();
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        st.waiters.push_back(Waiter {
+            tx,
+            since,
+            deadline,
+            owner: ticket.map_or(0, |t| t.owner),
+            held,
+        });
+        self.spawn_connects(st);
+        Ok(rx)
     }
 
     /// Answers every waiter whose deadline has passed with 57014 and drops those that left,
@@ -954,6 +983,22 @@ fn put_back(st: &mut PoolState, aside: Option<(usize, Server)>) {
     if let Some((at, s)) = aside {
         let at = at.min(st.idle.len());
         st.idle.insert(at, s);
+    }
+}
+
+/// A place in a pool's queue ([`Pool::checkout_or_queue`]): ready with the server handed to
+/// it, or with the pool's answer (57014 at the deadline); `None`: the pool dropped the wait
+/// (it closed, or a KILL named this waiter).
+pub struct Waiting(oneshot::Receiver<Result<Server, PoolError>>);
+
+impl std::future::Future for Waiting {
+    type Output = Option<Result<Server, PoolError>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(Result::ok)
     }
 }
 
