@@ -14,7 +14,7 @@ use super::error::ClientError;
 use super::session::Session;
 use super::timer::Timer;
 use super::wait::reading_client;
-use crate::pool::{CloseReason, PoolError, Waiting};
+use crate::pool::{CloseReason, Handoff, PoolError};
 use crate::relay::Check;
 use crate::server::Server;
 
@@ -23,9 +23,10 @@ pub(super) struct Taken {
     pub(super) started: Instant,
     /// The pid of a server the message in front signals: not to be taken for it.
     pub(super) spare: Option<NonZeroI32>,
-    /// The place in the pool's queue taken in the same look as for an idle server (or the
-    /// pool's refusal); `None`: the wait is still to be asked for (a PAUSE, a pid spared).
-    pub(super) queued: Option<Result<Waiting, PoolError>>,
+    /// The place in the pool's queue taken in the same look as for an idle server (the
+    /// wait's number in the session's hand-over slot), or the pool's refusal; `None`: the
+    /// wait is still to be asked for (a PAUSE, a pid spared).
+    pub(super) queued: Option<Result<u64, PoolError>>,
 }
 
 impl Session {
@@ -43,13 +44,18 @@ impl Session {
                 queued: None,
             });
         }
-        let queued = match self.pool.checkout_or_queue(started, self.cancel.ticket()) {
+        // Kept across the session's waits while it works (a parked session drops it).
+        let handoff = self.handoff.get_or_insert_with(Handoff::new);
+        let queued = match self
+            .pool
+            .checkout_or_queue(started, self.cancel.ticket(), handoff)
+        {
             Ok(Ok(conn)) => {
                 self.shared.metrics.clients.wait_seconds.observe(0.0);
                 self.hold(conn, started);
                 return Ok(());
             }
-            Ok(Err(waiting)) => Ok(waiting),
+            Ok(Err(wait)) => Ok(wait),
             Err(e) => Err(e),
         };
         Err(Taken {
@@ -70,8 +76,13 @@ impl Session {
         let r = match queued {
             // Queued already: the wait alone is left (the pool's KILL check was made).
             Some(queued) => {
-                let waiting = pin!(queued?);
-                let r = reading_client(&mut self.client, &mut self.relay, waiting).await?;
+                let wait = queued?;
+                let r = {
+                    // (Made by `acquire_now` with the place: a new one would answer at once.)
+                    let handoff = self.handoff.get_or_insert_with(Handoff::new);
+                    let waiting = pin!(self.pool.waiting(handoff, wait));
+                    reading_client(&mut self.client, &mut self.relay, waiting).await?
+                };
                 r.unwrap_or_else(|| Err(PoolError::Closed(self.pool.name().to_owned())))
             }
             None => {

@@ -20,7 +20,7 @@ use crate::listen::Inbox;
 use crate::login::Login;
 use crate::net::read::poll_read_some;
 use crate::net::ClientStream;
-use crate::pool::{CloseReason, Pool, PoolError};
+use crate::pool::{CloseReason, PoolClient, PoolError};
 use crate::protocol::sqlstate;
 use crate::relay::{
     subscribe, Event, Input, Io, Keep, Kind, Next, Peer, PinChange, Relay, ServerFault, Subscribe,
@@ -143,12 +143,11 @@ pub struct Session {
     pub(super) key: (i32, i32),
     pub(super) client: ClientStream,
     pub(super) shared: Arc<Shared>,
-    pub(super) pool: Pool,
+    /// The client's pool, and its membership of it (client counts, pins).
+    pub(super) pool: PoolClient,
     pub(super) cancel: Arc<CancelSlot>,
     /// The server held, if any (its protocol state is the relay's to work on).
     pub(super) server: Option<Server>,
-    /// This session's membership of its pool (client counts).
-    member: crate::pool::PoolClient,
     pub(super) warm: Warm,
     /// Which side [`Session::next_event`] reads first this time.
     client_first: bool,
@@ -167,6 +166,9 @@ pub struct Session {
     /// The client's notifications, once it listens through the pool's listening connection
     /// (`track`).
     inbox: Option<Box<Inbox>>,
+    /// The slot the pool hands this session a server through when it waits
+    /// (`pool::Handoff`), kept while the session works, dropped when it is parked.
+    pub(super) handoff: Option<std::sync::Arc<crate::pool::Handoff>>,
     /// The server taken failed its idle check and was let go: the client's messages, which
     /// waited for it, take another ([`Session::replace_server`]).
     pub(super) replaced: bool,
@@ -179,7 +181,7 @@ impl Drop for Session {
         }
         // However the session ends (its task too may be dropped), a pin stops counting.
         if let Some(reason) = self.cancel.pin() {
-            self.member.unpin(reason);
+            self.pool.unpin(reason);
         }
         if self
             .inbox
@@ -207,10 +209,9 @@ impl Session {
             relay,
             key: login.key,
             client,
-            pool: login.pool.clone(),
+            pool: login.member,
             cancel: login.cancel,
             server: None,
-            member: login.member,
             warm: Warm { slot: None },
             warm_limit: warm_limit(cfg.client.warm_sessions),
             client_first: false,
@@ -219,6 +220,7 @@ impl Session {
             timer: None,
             policy_generation: generation,
             inbox: None,
+            handoff: None,
             replaced: false,
             shared,
         }
@@ -245,6 +247,7 @@ impl Session {
                 self.nudged = false;
                 // A warm session's buffers stay behind: a parked one carries none.
                 self.relay.end_round(Keep::None);
+                self.handoff = None;
                 return Ran::Parked;
             }
             Ok(Stop::Quit) => Ok(()),
@@ -1071,10 +1074,10 @@ impl Session {
         };
         let now = change.pinned.map(|p| p.label());
         if let Some(was) = self.cancel.pin() {
-            self.member.unpin(was);
+            self.pool.unpin(was);
         }
         if let Some(reason) = now {
-            self.member.pin(reason);
+            self.pool.pin(reason);
         }
         self.cancel.set_pin(now);
         due

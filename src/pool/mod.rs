@@ -6,6 +6,7 @@ mod connect;
 mod error;
 mod follow;
 mod generation;
+mod handoff;
 mod hold;
 mod hosts;
 mod landing;
@@ -22,6 +23,7 @@ mod tests;
 pub use capacity::{Limit, LimitKind};
 pub use connect::Backend;
 pub use error::{PoolError, ServerFailure};
+pub use handoff::{Handoff, Waiting};
 pub use hosts::{Host, Hosts, Route};
 pub use listener::ListenResult;
 pub use registry::{PoolKey, Pools};
@@ -33,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::Ticket;
@@ -110,7 +112,7 @@ pub struct PoolDeps {
 
 /// A client queued for a server, since when (for `maxwait`) and until when.
 struct Waiter {
-    tx: oneshot::Sender<Result<Server, PoolError>>,
+    tx: handoff::Sender,
     /// Tokio's clock, so paused-time tests see waits grow.
     since: tokio::time::Instant,
     /// When the pool's deadline sweep answers it with 57014; `None`: no limit.
@@ -637,7 +639,9 @@ impl Pool {
         spare: Option<NonZeroI32>,
     ) -> Result<Server, PoolError> {
         let settings = self.settings();
-        let rx = {
+        // A slot of its own: this path is not the busy client's.
+        let handoff = Handoff::new();
+        let wait = {
             let mut st = self.lock();
             if ticket.is_some_and(|t| t.stop.load(Ordering::Acquire)) {
                 return Err(PoolError::Closed(self.inner.name.clone()));
@@ -658,21 +662,26 @@ impl Pool {
                     return Ok(conn);
                 }
             }
-            self.queue_locked(&mut st, &settings, since, ticket)?
+            let tx = handoff.begin();
+            let wait = tx.wait();
+            self.queue_locked(&mut st, &settings, since, ticket, tx)?;
+            wait
         };
-        rx.await
-            .unwrap_or_else(|_| Err(PoolError::Closed(self.inner.name.clone())))
+        Waiting::new(&handoff, wait, self)
+            .await
+            .unwrap_or_else(|| Err(PoolError::Closed(self.inner.name.clone())))
     }
 
     /// The usual checkout in one look at the pool: an idle server now (`now`: the caller's
-    /// clock, also the wait's start), or a place in the queue for one, or the refusal
-    /// (circuit open, too many waiting, `ticket`'s client killed). The first comes with no
-    /// future; the place's is awaited (a [`Waiting`]).
+    /// clock, also the wait's start), or a place in the queue for one, answered through the
+    /// client's `handoff` (`Ok(Err(wait))`: await [`Pool::waiting`] for `wait`), or the
+    /// refusal (circuit open, too many waiting, `ticket`'s client killed).
     pub fn checkout_or_queue(
         &self,
         now: Instant,
         ticket: Ticket<'_>,
-    ) -> Result<Result<Server, Waiting>, PoolError> {
+        handoff: &Arc<Handoff>,
+    ) -> Result<Result<Server, u64>, PoolError> {
         // Two fields, not a copy of all the settings: most checkouts find a server idle.
         let pick = {
             let s = self
@@ -695,8 +704,15 @@ impl Pool {
         // (The settings' lock inside the pool's, the order the reserve's check takes too.)
         let settings = self.settings();
         let since = tokio::time::Instant::from_std(now);
-        let rx = self.queue_locked(&mut st, &settings, since, Some(ticket))?;
-        Ok(Err(Waiting(rx)))
+        let tx = handoff.begin();
+        let wait = tx.wait();
+        self.queue_locked(&mut st, &settings, since, Some(ticket), tx)?;
+        Ok(Err(wait))
+    }
+
+    /// The client's end of wait `wait` of [`Pool::checkout_or_queue`].
+    pub fn waiting<'a>(&'a self, handoff: &'a Handoff, wait: u64) -> Waiting<'a> {
+        Waiting::new(handoff, wait, self)
     }
 
     /// Queues a waiter that arrived at `since` for the next server, under the pool's lock
@@ -708,7 +724,8 @@ impl Pool {
         settings: &PoolSettings,
         since: tokio::time::Instant,
         ticket: Option<Ticket<'_>>,
-    ) -> Result<oneshot::Receiver<Result<Server, PoolError>>, PoolError> {
+        tx: handoff::Sender,
+    ) -> Result<(), PoolError> {
         if let Some(e) = self.circuit_open(st) {
             if settings.hold_timeout.is_zero() {
                 self.count_refusal(since);
@@ -736,7 +753,6 @@ impl Pool {
                 self.inner.rearm.notify_one();
             }
         }
-        let (tx, rx) = oneshot::channel();
         st.waiters.push_back(Waiter {
             tx,
             since,
@@ -745,7 +761,7 @@ impl Pool {
             held,
         });
         self.spawn_connects(st);
-        Ok(rx)
+        Ok(())
     }
 
     /// Answers every waiter whose deadline has passed with 57014 and drops those that left,
@@ -986,22 +1002,6 @@ fn put_back(st: &mut PoolState, aside: Option<(usize, Server)>) {
     }
 }
 
-/// A place in a pool's queue ([`Pool::checkout_or_queue`]): ready with the server handed to
-/// it, or with the pool's answer (57014 at the deadline); `None`: the pool dropped the wait
-/// (it closed, or a KILL named this waiter).
-pub struct Waiting(oneshot::Receiver<Result<Server, PoolError>>);
-
-impl std::future::Future for Waiting {
-    type Output = Option<Result<Server, PoolError>>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(Result::ok)
-    }
-}
-
 /// A server counted as `used` (being reset) until the guard drops.
 pub struct Resetting(Pool);
 
@@ -1021,6 +1021,15 @@ impl Drop for Resetting {
 
 /// A session's membership of a pool; leaving decrements the client count.
 pub struct PoolClient(Pool);
+
+/// The pool a member belongs to.
+impl std::ops::Deref for PoolClient {
+    type Target = Pool;
+
+    fn deref(&self) -> &Pool {
+        &self.0
+    }
+}
 
 impl PoolClient {
     /// The client is pinned to its server (`reason`: the pin's label); counted until

@@ -166,3 +166,60 @@ async fn the_pool_publishes_its_policy_by_generation() {
     assert_eq!(pool.policy_generation(), now);
     assert_eq!(policy.mode, PoolMode::Session);
 }
+
+/// A client's hand-over slot serves its waits one after the other: a wait given up counts as
+/// left (the queue's live count drops), the next wait on the same slot is answered at its
+/// own deadline, and a wait the pool drops by name (a KILL) is answered with nothing.
+#[tokio::test(start_paused = true)]
+async fn a_slot_serves_one_wait_after_another() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let pool = stuck_pool(&listener, 10);
+    let handoff = Handoff::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let ticket = || Ticket {
+        owner: 7,
+        stop: &stop,
+    };
+    let queue = || match pool.checkout_or_queue(Instant::now(), ticket(), &handoff) {
+        Ok(Err(wait)) => wait,
+        other => panic!("queued: {:?}", other.map(|r| r.map(|_| ()))),
+    };
+    let first = queue();
+    {
+        let waiting = pool.waiting(&handoff, first);
+        // Given up before any answer.
+        drop(waiting);
+    }
+    let live = || {
+        pool.lock()
+            .waiters
+            .iter()
+            .filter(|w| !w.is_closed())
+            .count()
+    };
+    assert_eq!(live(), 0, "a wait given up counts as left");
+
+    let started = tokio::time::Instant::now();
+    let second = queue();
+    assert_eq!(live(), 1);
+    let e = pool
+        .waiting(&handoff, second)
+        .await
+        .unwrap()
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.sqlstate(), "57014", "{e}");
+    // (The wait's start is the caller's std clock; the timer's resolution is a millisecond.)
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_secs(1)..Duration::from_millis(1010)).contains(&took),
+        "at its own deadline: {took:?}"
+    );
+
+    let third = queue();
+    pool.drop_waiters_of(&[7]);
+    assert!(
+        pool.waiting(&handoff, third).await.is_none(),
+        "dropped by name: nothing"
+    );
+}
