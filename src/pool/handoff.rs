@@ -85,16 +85,14 @@ impl Sender {
         let Some(h) = self.handoff.take() else {
             return Err(value);
         };
-        let waker = {
-            let mut s = h.slot();
-            if h.current.load(Ordering::Relaxed) != self.wait {
-                return Err(value);
-            }
-            s.value = Some(value);
-            s.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
+        let mut s = h.slot();
+        if h.current.load(Ordering::Relaxed) != self.wait {
+            return Err(value);
+        }
+        s.value = Some(value);
+        // The waker stays for the client's next wait (the same task's: no clone then).
+        if let Some(w) = &s.waker {
+            w.wake_by_ref();
         }
         Ok(())
     }
@@ -106,16 +104,13 @@ impl Drop for Sender {
         let Some(h) = self.handoff.take() else {
             return;
         };
-        let waker = {
-            let mut s = h.slot();
-            if h.current.load(Ordering::Relaxed) != self.wait || s.value.is_some() {
-                return;
-            }
-            s.dropped = true;
-            s.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
+        let mut s = h.slot();
+        if h.current.load(Ordering::Relaxed) != self.wait || s.value.is_some() {
+            return;
+        }
+        s.dropped = true;
+        if let Some(w) = &s.waker {
+            w.wake_by_ref();
         }
     }
 }
@@ -169,16 +164,23 @@ impl Future for Waiting<'_> {
 }
 
 impl Drop for Waiting<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if self.done {
-            return;
+        if !self.done {
+            self.give_up();
         }
+    }
+}
+
+impl Waiting<'_> {
+    /// The client stopped waiting before an answer came.
+    #[cold]
+    fn give_up(&mut self) {
         let value = {
             let mut s = self.handoff.slot();
             if self.handoff.current.load(Ordering::Relaxed) == self.wait {
                 self.handoff.current.store(0, Ordering::Release);
             }
-            s.waker = None;
             s.value.take()
         };
         // Handed over as the client gave up: the next client's, not closed.
