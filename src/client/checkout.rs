@@ -15,8 +15,8 @@ use super::session::Session;
 use super::timer::Timer;
 use super::wait::reading_client;
 use crate::pool::{CloseReason, Handoff, PoolError};
-use crate::relay::Check;
-use crate::server::Server;
+use crate::relay::{Check, Policy};
+use crate::server::{Server, ServerState};
 
 /// What [`Session::acquire_now`] leaves for the waiting path.
 pub(super) struct Taken {
@@ -44,20 +44,21 @@ impl Session {
                 queued: None,
             });
         }
-        // Kept across the session's waits while it works (a parked session drops it).
-        let handoff = self.handoff.get_or_insert_with(Handoff::new);
-        let queued = match self
-            .pool
-            .checkout_or_queue(started, self.cancel.ticket(), handoff)
-        {
-            Ok(Ok(conn)) => {
-                self.shared.metrics.clients.wait_seconds.observe(0.0);
-                self.hold(conn, started);
-                return Ok(());
-            }
-            Ok(Err(wait)) => Ok(wait),
-            Err(e) => Err(e),
-        };
+        // The hand-over slot is kept across the session's waits while it works (a parked
+        // session drops it).
+        let queued =
+            match self
+                .pool
+                .checkout_or_queue(started, self.cancel.ticket(), &mut self.handoff)
+            {
+                Ok(Ok(conn)) => {
+                    self.shared.metrics.clients.wait_seconds.observe(0.0);
+                    self.hold(conn, started);
+                    return Ok(());
+                }
+                Ok(Err(wait)) => Ok(wait),
+                Err(e) => Err(e),
+            };
         Err(Taken {
             started,
             spare: None,
@@ -156,18 +157,13 @@ impl Session {
             self.policy_generation = generation;
             policy
         });
-        let cfg = conn.check_due.then(|| self.shared.config.load());
-        conn.check_due = false;
-        // A reload may have turned the check off since the pool flagged the server.
-        let check = cfg
-            .as_deref()
-            .filter(|c| !c.server.check_query.is_empty())
-            .map(|c| Check {
-                sql: &c.server.check_query,
-                within: c.server.connect_timeout,
-            });
-        self.relay
-            .hold(&mut conn.state, fresh, now, self.pool.orphans(), check);
+        if conn.check_due {
+            conn.check_due = false;
+            self.hold_checked(&mut conn.state, fresh, now);
+        } else {
+            self.relay
+                .hold(&mut conn.state, fresh, now, self.pool.orphans(), None);
+        }
         Timer::configure(&mut self.timer, self.relay.stand(None).timed());
         self.cancel.set(
             conn.addr,
@@ -177,5 +173,18 @@ impl Session {
             now,
         );
         self.server = Some(conn);
+    }
+
+    /// [`Session::hold`] for a server due for its idle check, under the configuration now.
+    #[cold]
+    #[inline(never)]
+    fn hold_checked(&mut self, srv: &mut ServerState, fresh: Option<Policy>, now: Instant) {
+        let cfg = self.shared.config.load();
+        // A reload may have turned the check off since the pool flagged the server.
+        let check = (!cfg.server.check_query.is_empty()).then(|| Check {
+            sql: &cfg.server.check_query,
+            within: cfg.server.connect_timeout,
+        });
+        self.relay.hold(srv, fresh, now, self.pool.orphans(), check);
     }
 }

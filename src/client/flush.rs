@@ -54,12 +54,22 @@ impl Session {
                     self.drain_server()?;
                     self.flush_client().await?;
                 }
-                Progress::Flushed(Err(e)) => self.server_lost(e.into())?,
+                Progress::Flushed(Err(e)) => return self.lost_while_flushing(e.into()),
                 Progress::Wrote(r) | Progress::Read(r) => {
-                    self.server_lost(r.err().map_or(Loss::Closed, Loss::Io))?
+                    return self.lost_while_flushing(r.err().map_or(Loss::Closed, Loss::Io));
                 }
             }
         }
+        self.relay.transmitted(Peer::Server);
+        Ok(())
+    }
+
+    /// The server was lost (`loss`) while [`Session::flush_server`] wrote to it: the
+    /// session's end, or, if it was answering its idle check, its replacement (what was
+    /// queued for it went with it).
+    #[cold]
+    fn lost_while_flushing(&mut self, loss: Loss) -> Result<(), ClientError> {
+        self.server_lost(loss)?;
         self.relay.transmitted(Peer::Server);
         Ok(())
     }

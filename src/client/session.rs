@@ -467,8 +467,8 @@ impl Session {
                     }
                 }
                 Woken::Server(r) if self.idle_server_left(&r) => {
-                    if self.relay.stand(None).pending() {
-                        // Not quiet, so answering its idle check.
+                    let srv = self.server.as_ref().map(|s| &s.state);
+                    if self.relay.stand(srv).checking() {
                         let why = match &r {
                             Err(e) => e.to_string(),
                             _ => "the server closed, or sent a FATAL error".to_owned(),

@@ -680,7 +680,7 @@ impl Pool {
         &self,
         now: Instant,
         ticket: Ticket<'_>,
-        handoff: &Arc<Handoff>,
+        handoff: &mut Option<Arc<Handoff>>,
     ) -> Result<Result<Server, u64>, PoolError> {
         // Two fields, not a copy of all the settings: most checkouts find a server idle.
         let pick = {
@@ -704,7 +704,8 @@ impl Pool {
         // (The settings' lock inside the pool's, the order the reserve's check takes too.)
         let settings = self.settings();
         let since = tokio::time::Instant::from_std(now);
-        let tx = handoff.begin();
+        // Made on the client's first wait, kept for its next ones.
+        let tx = handoff.get_or_insert_with(Handoff::new).begin();
         let wait = tx.wait();
         self.queue_locked(&mut st, &settings, since, Some(ticket), tx)?;
         Ok(Err(wait))

@@ -174,17 +174,23 @@ async fn the_pool_publishes_its_policy_by_generation() {
 async fn a_slot_serves_one_wait_after_another() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let pool = stuck_pool(&listener, 10);
-    let handoff = Handoff::new();
+    // The client's slot, made by its first wait.
+    let mut slot: Option<Arc<Handoff>> = None;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let ticket = || Ticket {
         owner: 7,
         stop: &stop,
     };
-    let queue = || match pool.checkout_or_queue(Instant::now(), ticket(), &handoff) {
+    let queue = |slot: &mut Option<Arc<Handoff>>| match pool.checkout_or_queue(
+        Instant::now(),
+        ticket(),
+        slot,
+    ) {
         Ok(Err(wait)) => wait,
         other => panic!("queued: {:?}", other.map(|r| r.map(|_| ()))),
     };
-    let first = queue();
+    let first = queue(&mut slot);
+    let handoff = slot.clone().expect("made by the first wait");
     {
         let waiting = pool.waiting(&handoff, first);
         // Given up before any answer.
@@ -200,7 +206,11 @@ async fn a_slot_serves_one_wait_after_another() {
     assert_eq!(live(), 0, "a wait given up counts as left");
 
     let started = tokio::time::Instant::now();
-    let second = queue();
+    let second = queue(&mut slot);
+    assert!(
+        slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &handoff)),
+        "the slot is kept for the next wait"
+    );
     assert_eq!(live(), 1);
     let e = pool
         .waiting(&handoff, second)
@@ -216,7 +226,7 @@ async fn a_slot_serves_one_wait_after_another() {
         "at its own deadline: {took:?}"
     );
 
-    let third = queue();
+    let third = queue(&mut slot);
     pool.drop_waiters_of(&[7]);
     assert!(
         pool.waiting(&handoff, third).await.is_none(),

@@ -452,6 +452,7 @@ impl Relay {
     /// statements, so none of its names is stranded. Before the client's messages run there,
     /// the server's session is cleaned if another client's work may have left state on it
     /// ([`ServerState::cleanup_for`]), and the client's settings are brought onto it.
+    #[inline(always)]
     pub fn hold(
         &mut self,
         srv: &mut ServerState,

@@ -352,8 +352,9 @@ impl Relay {
             }
             settle(&mut self.statements, &mut srv.statements, done, failed);
         }
-        for o in self.batch.skipped.drain(..) {
-            settle(&mut self.statements, &mut srv.statements, o, true);
+        // Only an error skips anything: an empty drain still costs its set-up and drop.
+        if !self.batch.skipped.is_empty() {
+            self.settle_skipped(srv);
         }
         let drained = srv.replies.is_empty();
         if step.ready && drained && self.retry_holds_error() {
@@ -472,5 +473,13 @@ impl Relay {
         self.owe(srv, Owed::Synthetic(Bytes::from(m)));
         // The rest of the block, already sent by the client, must not run outside it.
         self.client.refused_bytes = u32::try_from(self.client.cbuf.len()).unwrap_or(u32::MAX);
+    }
+
+    /// Settles the requests an error made the server skip (never executed).
+    #[cold]
+    fn settle_skipped(&mut self, srv: &mut ServerState) {
+        for o in self.batch.skipped.drain(..) {
+            settle(&mut self.statements, &mut srv.statements, o, true);
+        }
     }
 }

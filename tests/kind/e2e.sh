@@ -473,7 +473,7 @@ done
 # grace period only if its own last line says it stopped (the pooler's shutdown line, the
 # app's "app: stopped", which a kill at the grace period's end never prints) at a time, as the
 # kubelet stamped it, before the grace period; its exit code is then unknown and said so.
-ended=$(python3 - "$WORK/drain-pod.json" "$WORK/drain-ended.json" "${gone:-}" "$WORK/drain-sidecar.log" "$WORK/drain-app.log" <<'PY'
+ended=$(python3 - "$WORK/drain-pod.json" "$WORK/drain-ended.json" "$WORK/drain-sidecar.log" "$WORK/drain-app.log" <<'PY'
 import sys, json, datetime
 def t(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
@@ -486,7 +486,6 @@ try:
     seen = json.load(open(sys.argv[2]))
 except (OSError, ValueError):
     seen = {}
-gone = float(sys.argv[3]) if sys.argv[3] else None
 def stop_line(path, marker):
     # The kubelet's timestamp of the container's line holding `marker`, if any.
     try:
@@ -501,8 +500,8 @@ def stop_line(path, marker):
             except ValueError:
                 return None
     return None
-stops = {"droid-pool": stop_line(sys.argv[4], "[POOL] shutdown:"),
-         "app": stop_line(sys.argv[5], "app: stopped")}
+stops = {"droid-pool": stop_line(sys.argv[3], "[POOL] shutdown:"),
+         "app": stop_line(sys.argv[4], "app: stopped")}
 meta = pod["metadata"]
 if not meta.get("deletionTimestamp"):
     print("late\nthe pod was never marked for deletion")
