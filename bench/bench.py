@@ -13,7 +13,8 @@ PgBouncer, then calls this script with their ports and PIDs. This script:
   nothing else) for the floor of any relaying pooler's CPU per transaction, and
   through the same relay over io_uring (bench/floor/uring_relay.c) when run.sh
   could start it;
-* opens N idle authenticated client connections and reads VmRSS before/after;
+* opens N idle authenticated client connections and reads VmRSS before/after, on a
+  droid-pool and a PgBouncer process that served nothing before (run.sh starts them);
 * writes a Markdown report and a PNG chart, and prints the targets table.
 
 Numbers are never hard-coded: every PASS/FAIL is computed from this run.
@@ -345,15 +346,23 @@ class Bench:
     def idle(self):
         n = self.a.idle_clients
         results = {}
+        # droid-pool's and PgBouncer's figures are read on processes of their own that served
+        # nothing but a readiness probe: on one that ran the load, memory freed and kept by the
+        # allocator takes the clients in without growth. --track-prepared's figure is read
+        # after its load (its row), for comparison.
+        fresh = {DROID: (self.a.droid_idle_port, self.a.droid_idle_pid),
+                 PGB: (self.a.pgb_idle_port, self.a.pgb_idle_pid)}
         for system in (DROID, DROID_TP, PGB):
-            port, pid = self.systems[system]
-            print(f"idle clients: {n} to {system}", flush=True)
+            port, pid = fresh.get(system, self.systems[system])
+            print(f"idle clients: {n} to {system}"
+                  f" ({'a fresh process' if system in fresh else 'after its load'}, pid {pid})", flush=True)
             # The load before may leave memory freed but not yet returned, which the allocator
             # gives back while the clients open (RSS falls): that figure measured nothing. The
             # measurement is then made again, once, on the settled process; both are reported.
             for attempt in (1, 2):
                 r = asyncio.run(idle_test(port, pid, n))
                 r["attempt"] = attempt
+                r["fresh"] = system in fresh
                 print(f"  accepted {r['accepted']}/{n}, RSS {r['rss_before_kib']} -> {r['rss_after_kib']} KiB, "
                       f"{fmt(r['kib_per_client'], '.2f')} KiB/client, valid {r['valid']}, "
                       f"errors {r['errors'][:3]}", flush=True)
@@ -872,14 +881,21 @@ def write_report(b: Bench, R, T, idle_n, info, vers, started, finished, load, lo
     add("")
     add("A Python asyncio opener sends each connection a StartupMessage (protocol 3.0, user and database "
         "`postgres`) and reads up to ReadyForQuery, then leaves it idle. RSS is VmRSS from "
-        "`/proc/PID/status` before opening and 3 s after the last one was accepted; per client = difference / accepted.")
+        "`/proc/PID/status` before opening and 3 s after the last one was accepted; per client = difference / accepted. "
+        "droid-pool's and PgBouncer's rows are measured on processes started for this alone (same flags and files as "
+        "the benchmarked ones), which served nothing but a readiness probe: a process that ran the load holds memory "
+        "freed and kept by its allocator, which takes idle clients in without growth. The `--track-prepared` row is "
+        "the instance that ran the prepared row.")
     add("")
-    add("| target | accepted | still open at the end | RSS before (KiB) | RSS after (KiB) | KiB per client | noise before (KiB) | valid | open time (s) | errors |")
-    add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+    add("| target | process | accepted | still open at the end | RSS before (KiB) | RSS after (KiB) | KiB per client | noise before (KiB) | valid | open time (s) | errors |")
+    add("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     for s in (DROID, DROID_TP, PGB):
         x = R["idle"][s]
         errs = "none" if not x["errors_count"] else f"{x['errors_count']}: " + "; ".join(x["errors"])
-        add(f"| {s} | {x['accepted']:,} / {x['requested']:,} | {x['still_open']:,} | {fmt(x['rss_before_kib'], ',')} "
+        process = "fresh" if x.get("fresh") else "after its load"
+        if x.get("attempt") == 2:
+            process += ", second measurement"
+        add(f"| {s} | {process} | {x['accepted']:,} / {x['requested']:,} | {x['still_open']:,} | {fmt(x['rss_before_kib'], ',')} "
             f"| {fmt(x['rss_after_kib'], ',')} | {fmt(x['kib_per_client'], '.2f')} | {fmt(x.get('noise_kib'), ',')} "
             f"| {'yes' if x.get('valid') else 'no (at or below zero, or within 4× the noise)'} | {x['open_seconds']:.1f} | {errs} |")
     add("")
@@ -1009,6 +1025,10 @@ def main():
     ap.add_argument("--pgb-port", type=int, required=True)
     ap.add_argument("--pgb-pid", type=int, required=True)
     ap.add_argument("--pgb-log", required=True)
+    ap.add_argument("--droid-idle-port", type=int, required=True, help="a droid-pool that served nothing")
+    ap.add_argument("--droid-idle-pid", type=int, required=True)
+    ap.add_argument("--pgb-idle-port", type=int, required=True, help="a PgBouncer that served nothing")
+    ap.add_argument("--pgb-idle-pid", type=int, required=True)
     ap.add_argument("--floor-port", type=int, required=True)
     ap.add_argument("--floor-pid", type=int, required=True)
     ap.add_argument("--uring-port", type=int, help="the io_uring relay, when run.sh could start it")
@@ -1038,7 +1058,8 @@ def main():
             PGB: pooler_log_summary(a.pgb_log)}
     alive_now = {DROID: alive(a.droid_pid), DROID_TP: alive(a.droid_tp_pid),
                  DROID_TRACK: alive(a.droid_track_pid), PGB: alive(a.pgb_pid),
-                 FLOOR: alive(a.floor_pid)}
+                 FLOOR: alive(a.floor_pid), f"{DROID} (fresh)": alive(a.droid_idle_pid),
+                 f"{PGB} (fresh)": alive(a.pgb_idle_pid)}
     if a.uring_pid is not None:
         alive_now[FLOOR_URING] = alive(a.uring_pid)
     os.makedirs(os.path.dirname(os.path.abspath(a.out_md)), exist_ok=True)
@@ -1063,8 +1084,8 @@ def main():
 
     missing = missing_numbers(R, T)
     if a.smoke:
-        # A smoke run's 1,000 idle clients add about 0.7 MB, no more than the allocator may
-        # return or keep of what the load before freed: its per-client figure is often invalid.
+        # A smoke run's 1,000 idle clients add well under a megabyte, close to what the
+        # allocator's own movements can hide: its per-client figure may be invalid.
         # That is reported (NO VALID NUMBER, never a pass) but does not fail the smoke, which
         # checks that every measurement runs; a figure that could not be read at all still does.
         waived = [m for m in missing if m.startswith("idle clients: ≤")]

@@ -16,7 +16,8 @@
 # throwaway PostgreSQL (initdb in a temp dir, max_connections 200, pgbench scale 10),
 # three droid-pool instances (plain, --track-prepared for the prepared row, and
 # pool.session_state: track for issue 31's rows) and PgBouncer (Debian's package,
-# installed when missing), all in transaction mode with a pool of 20 and no TLS,
+# installed when missing), all in transaction mode with a pool of 20 and no TLS, plus a
+# fresh droid-pool and PgBouncer that serve only the idle-memory measurement,
 # and the minimal relays bench/floor/relay.c (epoll) and bench/floor/uring_relay.c
 # (io_uring, when the machine allows it): the CPU floor of any relaying pooler;
 # then hands over to bench/bench.py, which runs pgbench and writes the report.
@@ -120,7 +121,9 @@ PG_STARTED=0
 DROID_PID=""
 DROID_TP_PID=""
 DROID_TRACK_PID=""
+DROID_IDLE_PID=""
 PGB_RUNNER_PID=""
+PGB_IDLE_RUNNER_PID=""
 FLOOR_PID=""
 URING_PID=""
 
@@ -147,10 +150,14 @@ cleanup() {
   stop_pid "$DROID_PID"
   stop_pid "$DROID_TP_PID"
   stop_pid "$DROID_TRACK_PID"
-  if [[ -f $TMP/pgbouncer/pgbouncer.pid ]]; then
-    stop_pid "$(cat "$TMP/pgbouncer/pgbouncer.pid")"
-  fi
+  stop_pid "$DROID_IDLE_PID"
+  for dir in pgbouncer pgbouncer-idle; do
+    if [[ -f $TMP/$dir/pgbouncer.pid ]]; then
+      stop_pid "$(cat "$TMP/$dir/pgbouncer.pid")"
+    fi
+  done
   stop_pid "$PGB_RUNNER_PID"
+  stop_pid "$PGB_IDLE_RUNNER_PID"
   stop_pid "$FLOOR_PID"
   stop_pid "$URING_PID"
   if [[ $PG_STARTED -eq 1 ]]; then
@@ -199,6 +206,10 @@ next_port
 DROID_TP_PORT=$FREE_PORT
 next_port
 DROID_TRACK_PORT=$FREE_PORT
+# A fourth, started with the same flags as the first but given nothing to do until the idle
+# clients come: see "fresh processes for the idle-memory measurement" below.
+next_port
+DROID_IDLE_PORT=$FREE_PORT
 # The third instance: the same file plus pool.session_state: track (issue 31's rows).
 cp "$TMP/droid-pool.yaml" "$TMP/droid-pool-track.yaml"
 printf 'pool:\n  session_state: track\n' >>"$TMP/droid-pool-track.yaml"
@@ -211,6 +222,7 @@ DROID_ARGS=(--server-port "$PG_PORT" --pool-size 20 --mode transaction --config 
 ADMIN_ARGS=()
 ADMIN_TP_ARGS=()
 ADMIN_TRACK_ARGS=()
+ADMIN_IDLE_ARGS=()
 if "$POOLER" --help 2>/dev/null | grep -q -- '--admin-port'; then
   next_port
   ADMIN_ARGS=(--admin-port "$FREE_PORT")
@@ -218,6 +230,8 @@ if "$POOLER" --help 2>/dev/null | grep -q -- '--admin-port'; then
   ADMIN_TP_ARGS=(--admin-port "$FREE_PORT")
   next_port
   ADMIN_TRACK_ARGS=(--admin-port "$FREE_PORT")
+  next_port
+  ADMIN_IDLE_ARGS=(--admin-port "$FREE_PORT")
 fi
 # Each server process runs in a session of its own (setsid), as PostgreSQL does (pg_ctl) and
 # as a daemon or a container would. With the kernel's autogroup scheduling (on by default), a
@@ -233,6 +247,14 @@ DROID_TP_PID=$!
 setsid "$POOLER" --port "$DROID_TRACK_PORT" --server-port "$PG_PORT" --pool-size 20 --mode transaction \
   --config "$TMP/droid-pool-track.yaml" "${ADMIN_TRACK_ARGS[@]}" >"$TMP/droid-pool-track.log" 2>&1 &
 DROID_TRACK_PID=$!
+# --- fresh processes for the idle-memory measurement ---------------------------------
+# Memory that the load freed and the allocator kept takes idle clients in without the
+# process growing: on the instance that had run the load, the full run of 3296bc8 read
+# -0.07 KiB per client (RSS fell), which measures nothing. Each pooler's idle figure is
+# therefore read on a process of its own that served nothing but its readiness probe.
+setsid "$POOLER" --port "$DROID_IDLE_PORT" "${DROID_ARGS[@]}" "${ADMIN_IDLE_ARGS[@]}" \
+  >"$TMP/droid-pool-idle.log" 2>&1 &
+DROID_IDLE_PID=$!
 
 # --- PgBouncer (as postgres, files in a dir that user owns) ------------------------
 next_port
@@ -269,6 +291,22 @@ fi
 (cd "$PGB_DIR" && exec setsid "${AS_PG[@]}" bash -c 'ulimit -n "$1" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$2" "$3"' \
   _ "$NOFILE" "$PGBOUNCER" "$PGB_DIR/pgbouncer.ini") >"$TMP/pgbouncer.out" 2>&1 &
 PGB_RUNNER_PID=$!
+# PgBouncer's fresh process for the idle measurement: the same file but for its port, log
+# and pid file.
+next_port
+PGB_IDLE_PORT=$FREE_PORT
+PGB_IDLE_DIR=$TMP/pgbouncer-idle
+mkdir -p "$PGB_IDLE_DIR"
+cp "$PGB_DIR/userlist.txt" "$PGB_IDLE_DIR/"
+sed -e "s|^listen_port = .*|listen_port = $PGB_IDLE_PORT|" -e "s|$PGB_DIR/|$PGB_IDLE_DIR/|g" \
+  "$PGB_DIR/pgbouncer.ini" >"$PGB_IDLE_DIR/pgbouncer.ini"
+if [[ $(id -u) -eq 0 ]]; then
+  chown -R postgres: "$PGB_IDLE_DIR"
+fi
+# shellcheck disable=SC2016 # as above
+(cd "$PGB_IDLE_DIR" && exec setsid "${AS_PG[@]}" bash -c 'ulimit -n "$1" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$2" "$3"' \
+  _ "$NOFILE" "$PGBOUNCER" "$PGB_IDLE_DIR/pgbouncer.ini") >"$TMP/pgbouncer-idle.out" 2>&1 &
+PGB_IDLE_RUNNER_PID=$!
 
 wait_ready() {
   local name=$1 port=$2
@@ -327,8 +365,11 @@ wait_ready droid-pool "$DROID_PORT"
 wait_ready "droid-pool --track-prepared" "$DROID_TP_PORT"
 wait_ready "droid-pool session_state: track" "$DROID_TRACK_PORT"
 wait_ready PgBouncer "$PGB_PORT"
+wait_ready "droid-pool (fresh, for idle clients)" "$DROID_IDLE_PORT"
+wait_ready "PgBouncer (fresh, for idle clients)" "$PGB_IDLE_PORT"
 wait_ready "minimal relay" "$FLOOR_PORT"
 PGB_PID=$(cat "$PGB_DIR/pgbouncer.pid")
+PGB_IDLE_PID=$(cat "$PGB_IDLE_DIR/pgbouncer.pid")
 log "droid-pool on $DROID_PORT (pid $DROID_PID), with --track-prepared on $DROID_TP_PORT" \
   "(pid $DROID_TP_PID), with session_state: track on $DROID_TRACK_PORT (pid $DROID_TRACK_PID)," \
   "PgBouncer on $PGB_PORT (pid $PGB_PID)"
@@ -352,6 +393,8 @@ fi
   --droid-track-port "$DROID_TRACK_PORT" --droid-track-pid "$DROID_TRACK_PID" \
   --droid-track-log "$TMP/droid-pool-track.log" \
   --pgb-port "$PGB_PORT" --pgb-pid "$PGB_PID" --pgb-log "$PGB_DIR/pgbouncer.log" \
+  --droid-idle-port "$DROID_IDLE_PORT" --droid-idle-pid "$DROID_IDLE_PID" \
+  --pgb-idle-port "$PGB_IDLE_PORT" --pgb-idle-pid "$PGB_IDLE_PID" \
   --floor-port "$FLOOR_PORT" --floor-pid "$FLOOR_PID" "${URING_ARGS[@]}" \
   --idle-clients "$IDLE_CLIENTS" \
   --droid-version "$DROID_VERSION" \
